@@ -1,0 +1,39 @@
+//! The wire protocol between the memarts shim (in every training worker) and the proxies.
+//!
+//! This crate is pure data plus the one framing implementation both sides use; it depends on nothing
+//! else of ours. Layout:
+//! - [`frame`]: the byte layout of a frame (a fixed head, a postcard message, an optional raw payload),
+//!   size limits checked before any allocation, sync and (feature `async`) tokio readers.
+//! - [`message`]: requests, responses and the handshake. Enum variants are append-only: a variant's
+//!   index is its wire tag, so new variants go at the end and old ones are never reordered.
+//! - [`error`]: typed error codes carried on the wire and the framing error type.
+//!
+//! A connection starts with `Request::Hello`, answered by `Response::Welcome` or
+//! `Response::Incompatible`; then the client sends one request and reads one response, in lockstep.
+//! A chunk served from the cache arrives as `ChunkBody::Fd`: the chunk file's descriptor travels as
+//! `SCM_RIGHTS` ancillary data on the first byte of the response frame, so the bytes themselves never
+//! cross the socket.
+
+pub mod error;
+pub mod frame;
+pub mod message;
+
+pub use error::{ErrorCode, FrameError, WireError};
+pub use frame::{FrameHead, Limits, FRAME_HEAD_LEN};
+pub use message::*;
+
+/// The protocol version this build speaks. Bumped only for changes an older peer cannot decode.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest chunk size a proxy accepts (`MOX_FILE_CHUNK_SIZE` is validated against it).
+pub const MAX_CHUNK_SIZE: u64 = 64 << 20;
+
+/// Smallest chunk size a proxy accepts.
+pub const MIN_CHUNK_SIZE: u64 = 4 << 10;
+
+/// Default chunk size, the MoXing default for `MOX_FILE_CHUNK_SIZE`.
+pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
+
+/// Largest object key (after the bucket) accepted on the wire; S3's own limit is 1 KiB, we allow more
+/// for local paths but keep a hard bound so a key can never be used to grow memory.
+pub const MAX_URL_LEN: usize = 8 << 10;

@@ -1,0 +1,186 @@
+//! Requests, responses and the handshake.
+//!
+//! Every enum here is append-only: postcard encodes a variant by its index, so a new variant goes at
+//! the end, and a changed field set means a new variant (or a new protocol version), never an edit.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::WireError;
+
+/// The first frame of every connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    /// Free-form client description for logs, e.g. `memarts-shim/0.1.0 pid=123`.
+    pub client: String,
+}
+
+/// The proxy's answer to a compatible `Hello`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub protocol_version: u32,
+    /// This proxy's slot number, `0..slots`.
+    pub slot: u32,
+    /// How many slots the fleet has; chunk ownership is computed over `0..slots`.
+    pub slots: u32,
+    /// Server build, e.g. `memarts-proxy/0.1.0`.
+    pub server: String,
+}
+
+/// Metadata of one object version at the origin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    pub size: u64,
+    /// The origin's ETag (or the local file system's equivalent); reads pin it with `If-Match`.
+    pub etag: Option<String>,
+    pub version: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub last_modified_ms: i64,
+}
+
+/// One chunk of one object version. The identity of the cached chunk is (origin, url, etag,
+/// chunk_size, index); `object_size` lets the proxy check that the origin returned exactly the bytes
+/// the chunk must hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRequest {
+    pub url: String,
+    pub etag: String,
+    pub object_size: u64,
+    pub chunk_size: u64,
+    pub index: u64,
+    /// Set when the client's checksum of a descriptor-served chunk failed: the proxy drops its copy
+    /// (counting it as corrupt) and fetches the chunk again.
+    pub recheck: bool,
+}
+
+impl ChunkRequest {
+    /// Byte range of this chunk within the object, or `None` if `index` lies past the end.
+    pub fn range(&self) -> Option<std::ops::Range<u64>> {
+        let start = self.index.checked_mul(self.chunk_size)?;
+        if start >= self.object_size {
+            return None;
+        }
+        Some(start..(start + self.chunk_size).min(self.object_size))
+    }
+}
+
+/// A listing request; pages continue after `start_after` (exclusive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListRequest {
+    pub url: String,
+    /// `false`: one level, with common prefixes reported as directories; `true`: every object below.
+    pub recursive: bool,
+    pub start_after: Option<String>,
+    pub max_entries: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEntry {
+    /// Full URL of the entry, in the scheme of the request (`s3://b/k`, `/local/path`, ...).
+    pub url: String,
+    pub is_dir: bool,
+    pub size: u64,
+    pub etag: Option<String>,
+    pub last_modified_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListPage {
+    pub entries: Vec<ListEntry>,
+    /// Pass as `start_after` to get the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Counters and state of one proxy slot, as `memarts status` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotStatus {
+    pub slot: u32,
+    pub slots: u32,
+    pub pid: u32,
+    pub uptime_ms: u64,
+    pub connections: u64,
+    pub requests: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub bytes_from_cache: u64,
+    pub bytes_from_origin: u64,
+    pub origin_requests: u64,
+    pub origin_retries: u64,
+    pub corrupt_chunks: u64,
+    pub evicted_chunks: u64,
+    pub cached_chunks: u64,
+    pub cache_bytes_used: u64,
+    pub cache_capacity: u64,
+    pub index_ready: bool,
+    pub io_engine: String,
+    pub cache_dir: String,
+}
+
+/// Where a chunk reply's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChunkBody {
+    /// The bytes follow as the frame's payload (misses, small chunks).
+    Inline,
+    /// The bytes are `len` bytes at `offset` in the file whose descriptor arrived with this frame.
+    Fd { offset: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkReply {
+    pub len: u64,
+    /// CRC32C of the chunk's bytes: the client checks descriptor-served bytes against it.
+    pub crc32c: u32,
+    pub body: ChunkBody,
+    /// Whether the chunk came from the cache (a hit) or the origin (a miss).
+    pub from_cache: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Must be the first frame. Variant 0 forever, so any version can decode it.
+    Hello(Hello),
+    Stat {
+        url: String,
+        refresh: bool,
+    },
+    ReadChunk(ChunkRequest),
+    List(ListRequest),
+    Status,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Welcome(Welcome),
+    /// The client's protocol version is not spoken here; the connection is closed after this frame.
+    Incompatible {
+        supported: u32,
+        message: String,
+    },
+    Stat(ObjectMeta),
+    Chunk(ChunkReply),
+    List(ListPage),
+    Status(SlotStatus),
+    Error(WireError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_range_covers_the_tail_and_rejects_past_end() {
+        let mut req = ChunkRequest {
+            url: "s3://b/k".into(),
+            etag: "e".into(),
+            object_size: 10,
+            chunk_size: 4,
+            index: 2,
+            recheck: false,
+        };
+        assert_eq!(req.range(), Some(8..10));
+        req.index = 3;
+        assert_eq!(req.range(), None);
+        req.index = u64::MAX;
+        assert_eq!(req.range(), None);
+    }
+}
