@@ -37,3 +37,8 @@ pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
 /// Largest object key (after the bucket) accepted on the wire; S3's own limit is 1 KiB, we allow more
 /// for local paths but keep a hard bound so a key can never be used to grow memory.
 pub const MAX_URL_LEN: usize = 8 << 10;
+
+pub mod identity;
+pub mod url;
+pub use identity::{chunk_id, encode_identity, meta_owner_slot, owner_slot};
+pub use url::{ObjectUrl, OriginKind, UrlError};
