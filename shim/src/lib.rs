@@ -1,1 +1,21 @@
-//! placeholder
+//! The memarts shim: the light, synchronous client every training worker links.
+//!
+//! No async runtime and no background threads: workers fork (PyTorch DataLoader), so the shim uses
+//! std Unix sockets, connects lazily and, after a `fork`, drops inherited connections and opens its own.
+//! Layout:
+//! - [`config`]: settings from the MoXing / memarts environment variables.
+//! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
+//! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
+//! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - [`error`]: typed errors mirroring the wire's error codes.
+
+pub mod client;
+pub mod config;
+mod conn;
+pub mod error;
+mod read;
+
+pub use client::{absolutize, fleet_running, fleet_slots, Client};
+pub use config::ShimConfig;
+pub use error::{Error, Result};
+pub use memarts_protocol::{ListEntry, ObjectMeta, SlotStatus};

@@ -1,0 +1,247 @@
+//! The fleet client: finds the fleet, keeps a small pool of connections per slot (dropped after a
+//! `fork`), routes each request to its owning slot and retries a slot that is down until the deadline.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use memarts_protocol::{
+    meta_owner_slot, ListEntry, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
+};
+
+use crate::config::ShimConfig;
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// Connections kept per slot for reuse.
+const POOL_PER_SLOT: usize = 64;
+
+struct Pools {
+    pid: u32,
+    per_slot: Vec<Vec<Conn>>,
+}
+
+/// A handle on the node's proxy fleet. Cheap to share between threads; safe to keep across `fork`
+/// (the child drops the inherited connections and opens its own).
+pub struct Client {
+    pub(crate) cfg: ShimConfig,
+    slots: AtomicU32,
+    pools: Mutex<Pools>,
+}
+
+#[derive(serde::Deserialize)]
+struct FleetFile {
+    slots: u32,
+}
+
+/// Reads the fleet size from `<run dir>/fleet.json`.
+pub fn fleet_slots(run_dir: &Path) -> Result<u32> {
+    let path = run_dir.join("fleet.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        Error::Unavailable(format!(
+            "no memarts fleet in {} ({e}); start one with `memarts start_proxy N`",
+            run_dir.display()
+        ))
+    })?;
+    let f: FleetFile =
+        serde_json::from_str(&text).map_err(|e| Error::Protocol(format!("{}: {e}", path.display())))?;
+    Ok(f.slots.max(1))
+}
+
+/// Whether a fleet answers in `run_dir` (a `fleet.json` and at least one connectable socket).
+pub fn fleet_running(run_dir: &Path) -> bool {
+    let Ok(slots) = fleet_slots(run_dir) else { return false };
+    (0..slots).any(|s| std::os::unix::net::UnixStream::connect(socket_path(run_dir, s)).is_ok())
+}
+
+pub fn socket_path(run_dir: &Path, slot: u32) -> PathBuf {
+    run_dir.join(format!("proxy-{slot}.sock"))
+}
+
+/// Absolute form of a local path (relative to the working directory); URLs pass through.
+pub fn absolutize(url: &str) -> Result<String> {
+    if url.contains("://") || url.starts_with('/') {
+        return Ok(url.to_string());
+    }
+    let cwd = std::env::current_dir()?;
+    Ok(cwd.join(url).to_string_lossy().into_owned())
+}
+
+pub(crate) fn parse(url: &str) -> Result<ObjectUrl> {
+    ObjectUrl::parse(&absolutize(url)?).map_err(|e| Error::BadRequest(e.to_string()))
+}
+
+fn is_transient(e: &Error) -> bool {
+    matches!(e, Error::Io(_) | Error::Unavailable(_))
+}
+
+impl Client {
+    /// A client for the fleet in `cfg.run_dir`. Fails if no fleet was ever started there.
+    pub fn new(cfg: ShimConfig) -> Result<Client> {
+        let slots = fleet_slots(&cfg.run_dir)?;
+        Ok(Client {
+            cfg,
+            slots: AtomicU32::new(slots),
+            pools: Mutex::new(Pools { pid: std::process::id(), per_slot: Vec::new() }),
+        })
+    }
+
+    pub fn from_env() -> Result<Client> {
+        Client::new(ShimConfig::from_env()?)
+    }
+
+    pub fn config(&self) -> &ShimConfig {
+        &self.cfg
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.slots.load(Ordering::Relaxed)
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, Pools> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if pools.pid != pid {
+            // We are a forked child: the inherited sockets are shared with the parent's; closing our
+            // copies leaves the parent's connections intact.
+            pools.per_slot.clear();
+            pools.pid = pid;
+        }
+        pools
+    }
+
+    fn checkout(&self, slot: u32, timeout: Duration) -> Result<Conn> {
+        if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
+            return Ok(conn);
+        }
+        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout)?;
+        if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
+            // The fleet restarted with another size: route by the new one from now on.
+            self.slots.store(conn.welcome.slots, Ordering::Relaxed);
+        }
+        Ok(conn)
+    }
+
+    fn checkin(&self, slot: u32, conn: Conn) {
+        let mut pools = self.pools();
+        let idx = slot as usize;
+        if pools.per_slot.len() <= idx {
+            pools.per_slot.resize_with(idx + 1, Vec::new);
+        }
+        if pools.per_slot[idx].len() < POOL_PER_SLOT {
+            pools.per_slot[idx].push(conn);
+        }
+    }
+
+    /// Runs `f` on a connection to `slot`, reconnecting and retrying while the slot is down,
+    /// restarting or overloaded, until `deadline`. Typed errors from the proxy return at once.
+    pub(crate) fn with_slot<T>(
+        &self,
+        slot: u32,
+        deadline: Instant,
+        mut f: impl FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
+        let mut backoff = Duration::from_millis(10);
+        let mut last: Option<Error> = None;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                let why = last.map_or_else(|| "deadline passed".to_string(), |e| e.to_string());
+                return Err(Error::Unavailable(format!(
+                    "proxy slot {slot} did not answer within {:?}: {why}",
+                    self.cfg.deadline
+                )));
+            }
+            let attempt = self.checkout(slot, remaining).and_then(|mut conn| {
+                conn.set_timeout(remaining)?;
+                match f(&mut conn) {
+                    Ok(v) => {
+                        self.checkin(slot, conn);
+                        Ok(v)
+                    }
+                    // A typed answer leaves the connection in step; anything else may not.
+                    Err(e) if e.code().is_some() && !matches!(e, Error::Unavailable(_)) => {
+                        self.checkin(slot, conn);
+                        Err(e)
+                    }
+                    Err(e) => Err(e),
+                }
+            });
+            match attempt {
+                Ok(v) => return Ok(v),
+                Err(e) if is_transient(&e) => last = Some(e),
+                Err(e) => return Err(e),
+            }
+            std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.cfg.deadline
+    }
+
+    /// Metadata of an object (size, ETag, last modified), from the owning slot's metadata cache.
+    pub fn stat(&self, url: &str) -> Result<ObjectMeta> {
+        self.stat_opts(url, false)
+    }
+
+    /// [`Client::stat`]; `refresh` bypasses the metadata cache and revalidates with the origin.
+    pub fn stat_opts(&self, url: &str, refresh: bool) -> Result<ObjectMeta> {
+        let url = parse(url)?.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        self.with_slot(slot, self.deadline(), |conn| {
+            match conn.call(&Request::Stat { url: url.clone(), refresh })?.response {
+                Response::Stat(meta) => Ok(meta),
+                Response::Error(e) => Err(e.into()),
+                other => Err(Error::Protocol(format!("unexpected answer to Stat: {other:?}"))),
+            }
+        })
+    }
+
+    /// Every entry under `url`: one level (directories reported as such) or, with `recursive`, every
+    /// object below it. Pages are fetched until the listing ends.
+    pub fn list(&self, url: &str, recursive: bool) -> Result<Vec<ListEntry>> {
+        let url = parse(url)?.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        let mut out = Vec::new();
+        let mut start_after = None;
+        loop {
+            let req = ListRequest {
+                url: url.clone(),
+                recursive,
+                start_after: start_after.take(),
+                max_entries: 1000,
+            };
+            let page = self.with_slot(slot, self.deadline(), |conn| {
+                match conn.call(&Request::List(req.clone()))?.response {
+                    Response::List(page) => Ok(page),
+                    Response::Error(e) => Err(e.into()),
+                    other => Err(Error::Protocol(format!("unexpected answer to List: {other:?}"))),
+                }
+            })?;
+            out.extend(page.entries);
+            match page.next {
+                Some(next) => start_after = Some(next),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Status of every slot (an error for a slot that does not answer within `timeout`).
+    pub fn status(&self, timeout: Duration) -> Vec<(u32, Result<SlotStatus>)> {
+        (0..self.slots())
+            .map(|slot| {
+                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout).and_then(|mut c| {
+                    match c.call(&Request::Status)?.response {
+                        Response::Status(s) => Ok(s),
+                        Response::Error(e) => Err(e.into()),
+                        other => Err(Error::Protocol(format!("unexpected answer to Status: {other:?}"))),
+                    }
+                });
+                (slot, res)
+            })
+            .collect()
+    }
+}

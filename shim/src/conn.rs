@@ -1,0 +1,109 @@
+//! One synchronous connection to one proxy slot: connect, handshake, request/response in lockstep,
+//! and the receiving half of descriptor passing.
+
+use std::io::{IoSliceMut, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use memarts_protocol::{
+    frame, FrameHead, Hello, Limits, Request, Response, Welcome, FRAME_HEAD_LEN, PROTOCOL_VERSION,
+};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+
+use crate::error::{Error, Result};
+
+pub struct Conn {
+    stream: UnixStream,
+    pub welcome: Welcome,
+}
+
+/// A response, the descriptor that came with it (if any), and the payload length still to be read.
+pub struct Reply {
+    pub response: Response,
+    pub fd: Option<OwnedFd>,
+    pub payload_len: u32,
+}
+
+impl Conn {
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Conn> {
+        let stream = UnixStream::connect(path)?;
+        stream.set_read_timeout(Some(timeout))?;
+        stream.set_write_timeout(Some(timeout))?;
+        let mut conn = Conn { stream, welcome: placeholder_welcome() };
+        let hello = Hello {
+            protocol_version: PROTOCOL_VERSION,
+            client: format!("memarts-shim/{} pid={}", env!("CARGO_PKG_VERSION"), std::process::id()),
+        };
+        let reply = conn.call(&Request::Hello(hello))?;
+        match reply.response {
+            Response::Welcome(w) => conn.welcome = w,
+            Response::Incompatible { message, .. } => return Err(Error::Protocol(message)),
+            Response::Error(e) => return Err(e.into()),
+            other => return Err(Error::Protocol(format!("unexpected answer to Hello: {other:?}"))),
+        }
+        Ok(conn)
+    }
+
+    pub fn set_timeout(&self, timeout: Duration) -> Result<()> {
+        let t = Some(timeout.max(Duration::from_millis(10)));
+        self.stream.set_read_timeout(t)?;
+        self.stream.set_write_timeout(t)?;
+        Ok(())
+    }
+
+    /// Sends a request and reads the response head and message; the payload stays on the socket.
+    pub fn call(&mut self, request: &Request) -> Result<Reply> {
+        let bytes = frame::encode(request, 0)?;
+        self.stream.write_all(&bytes)?;
+        let mut head = [0u8; FRAME_HEAD_LEN];
+        let (filled, fd) = self.recv_head_with_fd(&mut head)?;
+        frame::read_head_sync(&mut self.stream, &mut head, filled)?;
+        let (FrameHead { payload_len, .. }, response) =
+            frame::finish_read_sync(&mut self.stream, head, Limits::RESPONSE)?;
+        Ok(Reply { response, fd, payload_len })
+    }
+
+    /// Reads `dst.len()` payload bytes straight into `dst`.
+    pub fn read_payload(&mut self, dst: &mut [u8]) -> Result<()> {
+        self.stream.read_exact(dst)?;
+        Ok(())
+    }
+
+    /// The first read of a frame, with room for one passed descriptor.
+    fn recv_head_with_fd(&mut self, head: &mut [u8; FRAME_HEAD_LEN]) -> Result<(usize, Option<OwnedFd>)> {
+        let sock = self.stream.as_raw_fd();
+        loop {
+            let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+            let mut iov = [IoSliceMut::new(&mut head[..])];
+            let msg = match recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Ok(msg) => msg,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(std::io::Error::from(e).into()),
+            };
+            let mut fd = None;
+            for c in msg.cmsgs().map_err(|e| Error::Protocol(format!("control message: {e}")))? {
+                if let ControlMessageOwned::ScmRights(fds) = c {
+                    for raw in fds {
+                        // SAFETY: the kernel just installed `raw` in our table for this message;
+                        // nothing else owns it, so wrapping it makes us its only owner (extra ones
+                        // are closed on drop).
+                        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                        if fd.is_none() {
+                            fd = Some(owned);
+                        }
+                    }
+                }
+            }
+            if msg.bytes == 0 {
+                return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+            }
+            return Ok((msg.bytes, fd));
+        }
+    }
+}
+
+fn placeholder_welcome() -> Welcome {
+    Welcome { protocol_version: 0, slot: 0, slots: 0, server: String::new() }
+}

@@ -1,0 +1,211 @@
+//! Reading objects: split a byte range into chunks, fetch them from their owning slots in parallel
+//! (at most `MOX_COPY_PARALLEL_THREADS` at once), each straight into its place in the caller's buffer.
+//!
+//! A chunk served from the cache arrives as a file descriptor: the shim reads the bytes from the page
+//! cache itself and checks their CRC32C; on a mismatch it asks the slot to drop and refetch the chunk.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use memarts_protocol::{
+    chunk_id, owner_slot, ChunkBody, ChunkRequest, ObjectMeta, ObjectUrl, Request, Response,
+};
+
+use crate::client::{parse, Client};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// One chunk's share of a read: the chunk, and where its wanted bytes go.
+struct Piece<'a> {
+    index: u64,
+    /// Offset of the wanted bytes within the chunk.
+    skip: usize,
+    dst: &'a mut [u8],
+}
+
+/// What one read is about: the object version pinned by its ETag.
+struct Target<'a> {
+    url: &'a ObjectUrl,
+    url_text: String,
+    etag: &'a str,
+    size: u64,
+    chunk_size: u64,
+}
+
+impl Client {
+    /// The whole object.
+    pub fn read(&self, url: &str) -> Result<Vec<u8>> {
+        let meta = self.stat(url)?;
+        let mut buf =
+            vec![0u8; usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?];
+        let n = self.read_at_meta(url, &meta, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// `len` bytes from `offset` (fewer at the end of the object).
+    pub fn read_range(&self, url: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let meta = self.stat(url)?;
+        let len = len.min(meta.size.saturating_sub(offset) as usize);
+        let mut buf = vec![0u8; len];
+        let n = self.read_at_meta(url, &meta, offset, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    /// Fills `dst` from `offset`; returns the bytes read (short only at the end of the object).
+    pub fn read_into(&self, url: &str, offset: u64, dst: &mut [u8]) -> Result<usize> {
+        let meta = self.stat(url)?;
+        self.read_at_meta(url, &meta, offset, dst)
+    }
+
+    /// Reads with metadata the caller already has (its ETag pins the version read).
+    pub fn read_at_meta(&self, url: &str, meta: &ObjectMeta, offset: u64, dst: &mut [u8]) -> Result<usize> {
+        let parsed = parse(url)?;
+        let etag = meta.etag.as_deref().filter(|e| !e.is_empty()).ok_or_else(|| {
+            Error::Origin(format!("{url}: the origin reports no ETag, so its chunks cannot be cached safely"))
+        })?;
+        if offset >= meta.size || dst.is_empty() {
+            return Ok(0);
+        }
+        let len = (meta.size - offset).min(dst.len() as u64) as usize;
+        let target = Target {
+            url: &parsed,
+            url_text: parsed.to_string(),
+            etag,
+            size: meta.size,
+            chunk_size: self.cfg.chunk_size,
+        };
+        let pieces = plan(&target, offset, &mut dst[..len]);
+        let deadline = Instant::now() + self.cfg.deadline;
+        let workers = self.cfg.parallel.min(pieces.len());
+        if workers <= 1 {
+            for piece in pieces {
+                self.fetch_piece(&target, piece, deadline)?;
+            }
+            return Ok(len);
+        }
+        let queue = Mutex::new(pieces);
+        let failure: Mutex<Option<Error>> = Mutex::new(None);
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(|| loop {
+                    if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                        return;
+                    }
+                    let Some(piece) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else { return };
+                    if let Err(e) = self.fetch_piece(&target, piece, deadline) {
+                        failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                        return;
+                    }
+                });
+            }
+        });
+        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(len),
+        }
+    }
+
+    fn fetch_piece(&self, t: &Target<'_>, piece: Piece<'_>, deadline: Instant) -> Result<()> {
+        let start = piece.index * t.chunk_size;
+        let chunk_len = (t.size - start).min(t.chunk_size) as usize;
+        let slot = owner_slot(chunk_id(t.url, t.etag, t.chunk_size, piece.index), self.slots());
+        let req = ChunkRequest {
+            url: t.url_text.clone(),
+            etag: t.etag.to_string(),
+            object_size: t.size,
+            chunk_size: t.chunk_size,
+            index: piece.index,
+            recheck: false,
+        };
+        if piece.skip == 0 && piece.dst.len() == chunk_len {
+            return self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, piece.dst));
+        }
+        let mut whole = vec![0u8; chunk_len];
+        self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, &mut whole))?;
+        piece.dst.copy_from_slice(&whole[piece.skip..piece.skip + piece.dst.len()]);
+        Ok(())
+    }
+}
+
+/// Cuts `dst` (the bytes from `offset`) into per-chunk pieces, last chunk first (workers pop them).
+fn plan<'a>(t: &Target<'_>, offset: u64, mut dst: &'a mut [u8]) -> Vec<Piece<'a>> {
+    let mut pieces = Vec::new();
+    let mut pos = offset;
+    while !dst.is_empty() {
+        let index = pos / t.chunk_size;
+        let skip = (pos - index * t.chunk_size) as usize;
+        let take = ((t.chunk_size as usize) - skip).min(dst.len());
+        let (head, rest) = std::mem::take(&mut dst).split_at_mut(take);
+        pieces.push(Piece { index, skip, dst: head });
+        dst = rest;
+        pos += take as u64;
+    }
+    pieces.reverse();
+    pieces
+}
+
+/// One chunk into `dst` (exactly the chunk's length), over one connection.
+fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut [u8]) -> Result<()> {
+    let mut req = req.clone();
+    loop {
+        let reply = conn.call(&Request::ReadChunk(req.clone()))?;
+        let c = match reply.response {
+            Response::Chunk(c) => c,
+            Response::Error(e) => return Err(e.into()),
+            other => return Err(Error::Protocol(format!("unexpected answer to ReadChunk: {other:?}"))),
+        };
+        if c.len != dst.len() as u64 {
+            return Err(Error::Protocol(format!(
+                "chunk of {} bytes where {} were expected",
+                c.len,
+                dst.len()
+            )));
+        }
+        match c.body {
+            ChunkBody::Inline => {
+                if reply.payload_len as usize != dst.len() {
+                    return Err(Error::Protocol(
+                        "inline payload length differs from the chunk length".into(),
+                    ));
+                }
+                conn.read_payload(dst)?;
+                return Ok(());
+            }
+            ChunkBody::Fd { offset } => {
+                let fd =
+                    reply.fd.ok_or_else(|| Error::Protocol("chunk reply without its descriptor".into()))?;
+                File::from(fd).read_exact_at(dst, offset)?;
+                if crc32c::crc32c(dst) == c.crc32c {
+                    return Ok(());
+                }
+                if req.recheck {
+                    return Err(Error::Corrupt(format!(
+                        "chunk {} of {} failed its checksum again after a refetch",
+                        req.index, req.url
+                    )));
+                }
+                req.recheck = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_covers_the_range_exactly() {
+        let url = ObjectUrl::parse("s3://b/k").unwrap();
+        let t = Target { url: &url, url_text: url.to_string(), etag: "e", size: 100, chunk_size: 10 };
+        let mut buf = vec![0u8; 35];
+        let pieces = plan(&t, 7, &mut buf);
+        let shape: Vec<(u64, usize, usize)> =
+            pieces.iter().rev().map(|p| (p.index, p.skip, p.dst.len())).collect();
+        assert_eq!(shape, vec![(0, 7, 3), (1, 0, 10), (2, 0, 10), (3, 0, 10), (4, 0, 2)]);
+    }
+}
