@@ -1,1 +1,12 @@
-fn main() {}
+//! `memarts`: the command line of a memarts node — fleet lifecycle and data commands.
+
+mod cli;
+mod data;
+mod fleet;
+mod settings;
+mod status;
+mod warmup;
+
+fn main() -> std::process::ExitCode {
+    cli::main()
+}

@@ -8,10 +8,11 @@
 
 use crate::url::ObjectUrl;
 
-/// Appends the identity encoding: `u32 LE length + bytes` for each string, `u64 LE` for the numbers.
+/// Appends the identity encoding: `u64 LE length + bytes` for each of origin kind, bucket, key and
+/// ETag, then `u64 LE` chunk size and index. The proxy's chunk headers store these same bytes.
 pub fn encode_identity(out: &mut Vec<u8>, url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) {
     for field in [url.kind.as_str(), &url.bucket, &url.key, etag] {
-        out.extend_from_slice(&(field.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(field.len() as u64).to_le_bytes());
         out.extend_from_slice(field.as_bytes());
     }
     out.extend_from_slice(&chunk_size.to_le_bytes());
@@ -67,7 +68,7 @@ mod tests {
         let url = ObjectUrl::parse("s3://bkt/key").unwrap();
         assert_eq!(format!("{:032x}", chunk_id(&url, "etag", 1 << 20, 3)), GOLDEN_ID);
     }
-    const GOLDEN_ID: &str = "c1aa337b1b0b7aa0918ef4de201794f6";
+    const GOLDEN_ID: &str = "40882cb154c88b321a53db502da75f14";
 
     #[test]
     fn rendezvous_is_balanced_and_moves_little() {

@@ -1,1 +1,96 @@
-//! placeholder
+//! The memarts proxy: one slot of a node's fleet. It owns everything heavy — origin clients and
+//! credentials, the metadata cache, the chunk index and the SSD I/O engine — and serves shims over a
+//! Unix socket.
+//!
+//! Layout, along the data path:
+//! - [`server`]: bind, accept, peer-credential check, handshake, one task per connection, drain.
+//! - [`cache`]: metadata cache, chunk index (LRU within the slot's capacity share), single-flight
+//!   fills from the origin, eviction, background index rebuild.
+//! - [`chunk_store`]: the on-disk chunk format and the io_uring / pread engines behind one trait.
+//! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
+//!   request-sized deadlines and retries.
+//! - [`config`], [`lifecycle`], [`size`]: configuration, run dir / pid lock / readiness, byte sizes.
+//!
+//! [`start`] builds a slot from a [`config::FleetConfig`] and serves it; the binary is a thin shell
+//! around it, and tests can call [`server::run`] directly with their own origin.
+
+pub mod cache;
+pub mod chunk_store;
+pub mod config;
+pub mod lifecycle;
+pub mod origin;
+pub mod server;
+pub mod size;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::cache::{Cache, MetaCache, SlotInfo};
+use crate::chunk_store::{select_engine, ChunkStore};
+use crate::config::FleetConfig;
+use crate::origin::Origin;
+use crate::server::ConnSettings;
+
+/// Entries the metadata cache of one slot holds at most.
+const META_CACHE_ENTRIES: usize = 1 << 20;
+
+/// Builds the cache of `slot` from the fleet config: I/O engine, chunk store, origin (credentials from
+/// the environment). Returns the cache and a warning to surface (e.g. the io_uring fallback reason).
+pub fn build_cache(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Cache>, Option<String>), String> {
+    build_cache_with(cfg, slot, Origin::from_env(cfg.origin.clone()))
+}
+
+/// [`build_cache`] with a given origin (tests inject `InMemory` or fault-injecting stores).
+pub fn build_cache_with(
+    cfg: &FleetConfig,
+    slot: u32,
+    origin: Origin,
+) -> Result<(Arc<Cache>, Option<String>), String> {
+    let kind = cfg.engine_kind()?;
+    let (engine, fallback) = select_engine(kind).map_err(|e| format!("I/O engine {}: {e}", cfg.io_engine))?;
+    let io_engine = engine.name();
+    let store = ChunkStore::open(&cfg.cache_dir, engine)
+        .map_err(|e| format!("cache dir {}: {e}", cfg.cache_dir.display()))?;
+    let info = SlotInfo {
+        slot,
+        slots: cfg.slots,
+        cache_dir: cfg.cache_dir.clone(),
+        capacity: cfg.capacity,
+        io_engine,
+    };
+    let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES));
+    Ok((cache, fallback.map(|why| format!("using the pread engine: {why}"))))
+}
+
+/// Connection settings of `slot` from the fleet config.
+pub fn conn_settings(cfg: &FleetConfig, slot: u32) -> ConnSettings {
+    ConnSettings {
+        slot,
+        slots: cfg.slots,
+        allowed_uids: cfg.allowed_uids.clone(),
+        idle_timeout: Duration::from_secs_f64(cfg.idle_timeout_secs),
+        io_timeout: Duration::from_secs_f64(cfg.io_timeout_secs),
+    }
+}
+
+/// Serves a built cache on `listener` until `shutdown`; starts the background index rebuild first.
+pub async fn serve(
+    cfg: &FleetConfig,
+    slot: u32,
+    cache: Arc<Cache>,
+    listener: tokio::net::UnixListener,
+    shutdown: CancellationToken,
+) {
+    cache.start_rebuild();
+    server::run(
+        cache,
+        conn_settings(cfg, slot),
+        listener,
+        cfg.max_connections as usize,
+        Duration::from_secs_f64(cfg.drain_timeout_secs),
+        shutdown,
+    )
+    .await;
+}

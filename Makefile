@@ -1,0 +1,38 @@
+# memarts — see README.md. `make demo` and `make test` are the quick start.
+CARGO ?= cargo
+PYTHON ?= python3
+export CARGO_TERM_COLOR ?= never
+
+.PHONY: all build test unit e2e lint fmt demo bench clean deps-test
+
+all: build
+
+build:
+	$(CARGO) build --release --bins
+
+# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback.
+deps-test:
+	@$(PYTHON) -c "import moto.server" 2>/dev/null || $(PYTHON) -m pip install --quiet 'moto[server]>=5.1'
+
+# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes).
+test: deps-test
+	$(CARGO) build --bins
+	$(CARGO) test --workspace
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+# A fleet over a generated sample dataset on a local origin: cold read, warm read, warm after restart.
+demo: build
+	bash ops/scripts/demo.sh target/release
+
+bench: deps-test build
+	$(CARGO) build --release --bins --benches
+	$(CARGO) bench -p memarts-tests --bench fleet
+
+clean:
+	$(CARGO) clean

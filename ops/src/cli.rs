@@ -1,0 +1,130 @@
+//! Argument parsing and dispatch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// memarts: a near-compute cache for training data. A fleet of proxy processes per node turns local
+/// SSDs into a shared, persistent cache of an object store (S3, OBS, OSS, MinIO) or a local/NFS tree.
+#[derive(Parser, Debug)]
+#[command(name = "memarts", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub common: Common,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command understands. Precedence: flag > environment > config file > default.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Common {
+    /// Directory of the fleet's sockets, pid files and logs [env: MEMARTS_RUN_DIR]
+    /// [default: $XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>]
+    #[arg(long, global = true)]
+    pub run_dir: Option<PathBuf>,
+    /// TOML config file with any FleetConfig field (cache_dir, capacity, io_engine, meta_ttl_secs,
+    /// [origin] endpoint/region/allow_http...) [env: MEMARTS_CONFIG]
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+#[command(rename_all = "snake_case")]
+pub enum Command {
+    /// Start N proxy processes in the background and wait until every one is ready.
+    #[command(alias = "start-proxy")]
+    StartProxy(StartArgs),
+    /// Stop the fleet (drain, then SIGKILL after a grace period) and clean up what a crashed fleet left.
+    #[command(alias = "stop-proxy")]
+    StopProxy(StopArgs),
+    /// Show every slot: pid, uptime, connections, hits, misses, bytes, cache use.
+    Status(StatusArgs),
+    /// Write an object to stdout (through the fleet when one runs, else straight from the origin).
+    Cat(UrlArgs),
+    /// Show an object's size, ETag and last-modified time.
+    Stat(StatArgs),
+    /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
+    /// and how much came from the cache and from the origin.
+    Warmup(WarmupArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct WarmupArgs {
+    /// Prefix (directory) to read, e.g. s3://bucket/dataset/ or /mnt/data/train
+    pub url_prefix: String,
+    /// Objects read at once
+    #[arg(long, default_value_t = 16)]
+    pub threads: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct StartArgs {
+    /// Number of proxy processes (slots); 8 is a good start for a training node.
+    pub n: u32,
+    /// Root of the chunk cache, shared by all slots [env: MEMARTS_CACHE_DIR] [default: ~/.cache/memarts]
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Disk the cache may use, e.g. 50GiB [env: MEMARTS_CACHE_CAPACITY] [default: 80% of free space]
+    #[arg(long)]
+    pub capacity: Option<String>,
+    /// SSD I/O engine: auto (io_uring, pread if unavailable), io_uring or pread
+    #[arg(long)]
+    pub io_engine: Option<String>,
+    /// Seconds a stat result is trusted before the ETag is revalidated [default: 60]
+    #[arg(long)]
+    pub meta_ttl: Option<f64>,
+    /// S3-compatible endpoint URL [env: AWS_ENDPOINT_URL]
+    #[arg(long)]
+    pub endpoint: Option<String>,
+    /// Seconds to wait for every slot to report ready
+    #[arg(long, default_value_t = 30.0)]
+    pub ready_timeout: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct StopArgs {
+    /// Seconds to let slots drain after SIGTERM before SIGKILL
+    #[arg(long, default_value_t = 15.0)]
+    pub grace: f64,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// Machine-readable output: {"slots": [{"slot": 0, "pid": 123, "alive": true, ...}], ...}
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct UrlArgs {
+    /// s3://, obs://, oss:// URL, file:// URL or local path
+    pub url: String,
+}
+
+#[derive(Args, Debug)]
+pub struct StatArgs {
+    /// s3://, obs://, oss:// URL, file:// URL or local path
+    pub url: String,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::StartProxy(a) => crate::fleet::start(&cli.common, a),
+        Command::StopProxy(a) => crate::fleet::stop(&cli.common, a),
+        Command::Status(a) => crate::status::status(&cli.common, a),
+        Command::Cat(a) => crate::data::cat(&cli.common, a),
+        Command::Stat(a) => crate::data::stat(&cli.common, a),
+        Command::Warmup(a) => crate::warmup::warmup(&cli.common, a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("memarts: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

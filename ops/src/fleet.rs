@@ -1,0 +1,334 @@
+//! `start_proxy` and `stop_proxy`: the fleet's lifecycle.
+//!
+//! Every slot holds an exclusive `flock` on `<run dir>/proxy-<slot>.pid` while it lives. A pid file we
+//! can lock belongs to a dead slot (stale: safe to remove); one we cannot belongs to a live slot, and
+//! waiting for that lock is waiting for the slot to exit — no polling, and no trusting a stale pid.
+
+use std::fs::OpenOptions;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use memarts_proxy::config::FleetConfig;
+use memarts_proxy::lifecycle::{ensure_private_dir, Readiness};
+use memarts_proxy::size::{format_size, parse_size};
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::cli::{Common, StartArgs, StopArgs};
+use crate::settings::resolve;
+
+pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let mut cfg = resolve(common)?;
+    cfg.slots = args.n;
+    if let Some(dir) = &args.cache_dir {
+        cfg.cache_dir = crate::settings::absolute(dir.clone())?;
+    }
+    if let Some(cap) = &args.capacity {
+        cfg.capacity = Some(parse_size(cap).map_err(|e| anyhow::anyhow!("--capacity: {e}"))?);
+    }
+    if let Some(engine) = &args.io_engine {
+        cfg.io_engine = engine.clone();
+    }
+    if let Some(ttl) = args.meta_ttl {
+        cfg.meta_ttl_secs = ttl;
+    }
+    if let Some(endpoint) = &args.endpoint {
+        cfg.origin.endpoint = Some(endpoint.clone());
+    }
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    ensure_private_dir(&cfg.run_dir).with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
+
+    let slots = pid_files(&cfg.run_dir)?;
+    let live: Vec<String> = slots
+        .iter()
+        .filter_map(|(slot, path)| match probe(path) {
+            Probe::Live(pid) => Some(format!("slot {slot} (pid {pid})")),
+            _ => None,
+        })
+        .collect();
+    if !live.is_empty() {
+        bail!(
+            "a fleet is already running in {}: {}; stop it first with `memarts stop_proxy`",
+            cfg.run_dir.display(),
+            live.join(", ")
+        );
+    }
+    clean_stale(&cfg.run_dir)?;
+    write_fleet_file(&cfg)?;
+
+    let proxy_bin = proxy_binary()?;
+    let (tx, rx) = mpsc::channel::<(u32, Result<Readiness, String>)>();
+    let mut pids = Vec::new();
+    for slot in 0..cfg.slots {
+        let log = OpenOptions::new().create(true).append(true).mode(0o600).open(cfg.log_path(slot))?;
+        let mut cmd = Command::new(&proxy_bin);
+        cmd.arg("--fleet").arg(cfg.fleet_file()).arg("--slot").arg(slot.to_string());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
+        // SAFETY: setsid is async-signal-safe and touches no memory of the parent; it detaches the
+        // proxy from our session so it outlives this command and the terminal.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid().map_err(std::io::Error::from)?;
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().with_context(|| format!("starting {}", proxy_bin.display()))?;
+        pids.push(child.id());
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let res = match BufReader::new(stdout).read_line(&mut line) {
+                Ok(0) => Err("exited before reporting ready".to_string()),
+                Ok(_) => serde_json::from_str::<Readiness>(&line)
+                    .map_err(|e| format!("bad readiness line {line:?}: {e}")),
+                Err(e) => Err(format!("reading its readiness line: {e}")),
+            };
+            let _ = tx.send((slot, res));
+            // Reap it if it exits while we still run (a failed start); detached proxies outlive us.
+            let _ = child.try_wait();
+        });
+    }
+    drop(tx);
+
+    let deadline = started + Duration::from_secs_f64(args.ready_timeout);
+    let mut ready = Vec::new();
+    let mut failures = Vec::new();
+    while ready.len() + failures.len() < cfg.slots as usize {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok((_, Ok(r))) if r.ready => ready.push(r),
+            Ok((slot, Ok(r))) => failures.push(format!("slot {slot}: {}", r.error.unwrap_or_default())),
+            Ok((slot, Err(e))) => {
+                failures.push(format!("slot {slot}: {e} (see {})", cfg.log_path(slot).display()))
+            }
+            Err(_) => {
+                failures.push(format!("not every slot was ready within {}s", args.ready_timeout));
+                break;
+            }
+        }
+    }
+    if !failures.is_empty() {
+        for pid in &pids {
+            let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGTERM);
+        }
+        bail!("the fleet did not start:\n  {}\n(the slots that started were stopped)", failures.join("\n  "));
+    }
+    ready.sort_by_key(|r| r.slot);
+    for w in ready.iter().filter_map(|r| r.warning.as_ref()) {
+        eprintln!("memarts: warning: {w}");
+    }
+    let engine = ready.first().and_then(|r| r.io_engine.clone()).unwrap_or_default();
+    println!(
+        "memarts: {} proxies ready in {:.2}s (run dir {}, cache {}, capacity {}, io engine {engine})",
+        cfg.slots,
+        started.elapsed().as_secs_f64(),
+        cfg.run_dir.display(),
+        cfg.cache_dir.display(),
+        cfg.capacity.map_or_else(|| "80% of free space".to_string(), format_size),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
+    let cfg = resolve(common)?;
+    let run_dir = &cfg.run_dir;
+    if !run_dir.exists() {
+        println!("memarts: no fleet in {} (nothing to stop)", run_dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut live = Vec::new();
+    for (slot, path) in pid_files(run_dir)? {
+        if let Probe::Live(pid) = probe(&path) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+            live.push((slot, pid, path));
+        }
+    }
+    let orphans = orphan_proxies(run_dir);
+    for pid in &orphans {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+    }
+    let grace = Duration::from_secs_f64(args.grace);
+    let survivors = wait_for_exit(&live, grace);
+    for (slot, pid, path) in &survivors {
+        eprintln!("memarts: slot {slot} (pid {pid}) did not drain within {grace:?}; killing it");
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        let _ = wait_for_exit(&[(*slot, *pid, path.clone())], Duration::from_secs(5));
+    }
+    for pid in &orphans {
+        if wait_pid_gone(*pid, grace) {
+            continue;
+        }
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+    }
+    let cleaned = clean_stale(run_dir)?;
+    let _ = std::fs::remove_file(cfg.fleet_file());
+    println!(
+        "memarts: stopped {} proxies{}{}",
+        live.len(),
+        if orphans.is_empty() { String::new() } else { format!(", {} orphaned", orphans.len()) },
+        if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files") },
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+enum Probe {
+    /// No live slot holds it (the lock was free).
+    Stale,
+    Live(i32),
+    Gone,
+}
+
+/// Whether the pid file at `path` is held by a live slot, without disturbing it.
+fn probe(path: &Path) -> Probe {
+    let Ok(file) = OpenOptions::new().read(true).open(path) else { return Probe::Gone };
+    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+        Ok(_unlocked_on_drop) => Probe::Stale,
+        Err(_) => {
+            let pid = std::fs::read_to_string(path).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+            Probe::Live(pid)
+        }
+    }
+}
+
+/// `proxy-<slot>.pid` files in `run_dir`.
+fn pid_files(run_dir: &Path) -> Result<Vec<(u32, PathBuf)>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(run_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", run_dir.display())),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if let Some(slot) =
+            name.strip_prefix("proxy-").and_then(|s| s.strip_suffix(".pid")).and_then(|s| s.parse().ok())
+        {
+            out.push((slot, entry.path()));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Removes pid files and sockets of slots that are not alive: each pid file is removed only while we
+/// hold its lock, so a live slot's files are never touched. Returns how many files went.
+fn clean_stale(run_dir: &Path) -> Result<usize> {
+    let mut removed = 0;
+    for (slot, path) in pid_files(run_dir)? {
+        let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else { continue };
+        let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else { continue };
+        let socket = memarts_proxy::config::socket_path(run_dir, slot);
+        removed += usize::from(std::fs::remove_file(&socket).is_ok());
+        removed += usize::from(std::fs::remove_file(&path).is_ok());
+        drop(lock);
+    }
+    // Sockets with no pid file at all (a slot killed before it wrote one, or a deleted pid file).
+    for entry in std::fs::read_dir(run_dir)?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(slot) = name.strip_prefix("proxy-").and_then(|s| s.strip_suffix(".sock")) {
+            let pid = run_dir.join(format!("proxy-{slot}.pid"));
+            if !pid.exists() && std::os::unix::net::UnixStream::connect(entry.path()).is_err() {
+                removed += usize::from(std::fs::remove_file(entry.path()).is_ok());
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// Waits (blocking on each pid file's lock, in a thread per slot) until the slots exit or `grace`
+/// passes; returns the ones still alive.
+fn wait_for_exit(live: &[(u32, i32, PathBuf)], grace: Duration) -> Vec<(u32, i32, PathBuf)> {
+    let (tx, rx) = mpsc::channel();
+    for (slot, _, path) in live {
+        let (tx, slot, path) = (tx.clone(), *slot, path.clone());
+        std::thread::spawn(move || {
+            if let Ok(file) = OpenOptions::new().read(true).open(&path) {
+                let _ = Flock::lock(file, FlockArg::LockShared);
+            }
+            let _ = tx.send(slot);
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + grace;
+    let mut done = Vec::new();
+    while done.len() < live.len() {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(slot) => done.push(slot),
+            Err(_) => break,
+        }
+    }
+    live.iter().filter(|(slot, ..)| !done.contains(slot)).cloned().collect()
+}
+
+/// Proxies of this run dir that no pid file accounts for (same uid, `memarts-proxy --fleet <run dir>/fleet.json`).
+fn orphan_proxies(run_dir: &Path) -> Vec<i32> {
+    let fleet = memarts_proxy::config::fleet_file(run_dir);
+    let known: Vec<i32> = pid_files(run_dir)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|(_, p)| std::fs::read_to_string(p).ok()?.trim().parse().ok())
+        .collect();
+    let me = nix::unistd::getuid().as_raw();
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+        use std::os::unix::fs::MetadataExt;
+        if entry.metadata().map(|m| m.uid()).ok() != Some(me) || known.contains(&pid) {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else { continue };
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_proxy = args.first().is_some_and(|a| a.ends_with(b"memarts-proxy"));
+        let ours =
+            args.windows(2).any(|w| w[0] == b"--fleet" && w[1] == fleet.as_os_str().as_encoded_bytes());
+        if is_proxy && ours {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// Waits for a process without a pid file to go away (checked with signal 0; orphans are rare).
+fn wait_pid_gone(pid: i32, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if kill(Pid::from_raw(pid), None).is_err() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {
+    let path = cfg.fleet_file();
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(cfg)?)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(())
+}
+
+/// `MEMARTS_PROXY_BIN`, else `memarts-proxy` next to this executable, else on `PATH`.
+fn proxy_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("MEMARTS_PROXY_BIN").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    if let Ok(me) = std::env::current_exe() {
+        let sibling = me.with_file_name("memarts-proxy");
+        if sibling.exists() {
+            return Ok(sibling);
+        }
+    }
+    Ok(PathBuf::from("memarts-proxy"))
+}

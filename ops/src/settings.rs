@@ -1,0 +1,38 @@
+//! Resolving the fleet config: flag > environment > config file > default.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use memarts_proxy::config::FleetConfig;
+
+use crate::cli::Common;
+
+/// Defaults, then the config file (`--config` or `MEMARTS_CONFIG`), then the environment, then `--run-dir`.
+pub fn resolve(common: &Common) -> Result<FleetConfig> {
+    let file = common
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("MEMARTS_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from));
+    let mut cfg = match &file {
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).with_context(|| format!("config file {}", path.display()))?;
+            toml::from_str::<FleetConfig>(&text).with_context(|| format!("config file {}", path.display()))?
+        }
+        None => FleetConfig::default(),
+    };
+    cfg.apply_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    if let Some(dir) = &common.run_dir {
+        cfg.run_dir = dir.clone();
+    }
+    cfg.run_dir = absolute(cfg.run_dir)?;
+    cfg.cache_dir = absolute(cfg.cache_dir)?;
+    Ok(cfg)
+}
+
+pub fn absolute(p: PathBuf) -> Result<PathBuf> {
+    if p.is_absolute() {
+        return Ok(p);
+    }
+    Ok(std::env::current_dir()?.join(p))
+}

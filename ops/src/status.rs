@@ -1,0 +1,110 @@
+//! `memarts status`: every slot's counters, as a table or as JSON.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Result;
+use memarts_proxy::size::format_size;
+use memarts_shim::{Client, ShimConfig};
+use serde_json::{json, Value};
+
+use crate::cli::{Common, StatusArgs};
+use crate::settings::resolve;
+
+pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
+    let cfg = resolve(common)?;
+    let shim_cfg = ShimConfig { run_dir: cfg.run_dir.clone(), ..ShimConfig::default() };
+    let client = match Client::new(shim_cfg) {
+        Ok(c) => c,
+        Err(e) => {
+            if args.json {
+                println!(
+                    "{}",
+                    json!({"run_dir": cfg.run_dir, "running": false, "slots": [], "error": e.to_string()})
+                );
+            } else {
+                println!("memarts: no fleet running in {} ({e})", cfg.run_dir.display());
+            }
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let mut slots = Vec::new();
+    let mut all_alive = true;
+    for (slot, res) in client.status(Duration::from_secs(3)) {
+        let v = match res {
+            Ok(s) => json!({
+                "slot": slot, "pid": s.pid, "alive": true, "uptime_s": s.uptime_ms as f64 / 1000.0,
+                "connections": s.connections, "requests": s.requests, "hits": s.hits, "misses": s.misses,
+                "bytes_from_cache": s.bytes_from_cache, "bytes_from_origin": s.bytes_from_origin,
+                "origin_requests": s.origin_requests, "origin_retries": s.origin_retries,
+                "corrupt_chunks": s.corrupt_chunks, "evicted_chunks": s.evicted_chunks,
+                "cached_chunks": s.cached_chunks, "cache_bytes_used": s.cache_bytes_used,
+                "cache_capacity": s.cache_capacity, "index_ready": s.index_ready, "io_engine": s.io_engine,
+            }),
+            Err(e) => {
+                all_alive = false;
+                let pid = std::fs::read_to_string(cfg.pid_path(slot))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok());
+                json!({"slot": slot, "pid": pid, "alive": false, "error": e.to_string()})
+            }
+        };
+        slots.push(v);
+    }
+    let sum = |k: &str| slots.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
+    let totals = json!({
+        "hits": sum("hits"), "misses": sum("misses"), "bytes_from_cache": sum("bytes_from_cache"),
+        "bytes_from_origin": sum("bytes_from_origin"), "cache_bytes_used": sum("cache_bytes_used"),
+        "cache_capacity": sum("cache_capacity"), "cached_chunks": sum("cached_chunks"),
+    });
+    if args.json {
+        let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print_table(&slots, &totals);
+    }
+    Ok(if all_alive { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn print_table(slots: &[Value], totals: &Value) {
+    println!(
+        "{:>4} {:>8} {:>6} {:>9} {:>5} {:>9} {:>9} {:>11} {:>11} {:>11}",
+        "slot",
+        "pid",
+        "alive",
+        "uptime",
+        "conns",
+        "hits",
+        "misses",
+        "from cache",
+        "from origin",
+        "cache used"
+    );
+    for s in slots {
+        if s["alive"].as_bool() == Some(true) {
+            println!(
+                "{:>4} {:>8} {:>6} {:>8.0}s {:>5} {:>9} {:>9} {:>11} {:>11} {:>11}",
+                s["slot"],
+                s["pid"],
+                "yes",
+                s["uptime_s"].as_f64().unwrap_or(0.0),
+                s["connections"],
+                s["hits"],
+                s["misses"],
+                format_size(s["bytes_from_cache"].as_u64().unwrap_or(0)),
+                format_size(s["bytes_from_origin"].as_u64().unwrap_or(0)),
+                format_size(s["cache_bytes_used"].as_u64().unwrap_or(0)),
+            );
+        } else {
+            println!("{:>4} {:>8} {:>6}  {}", s["slot"], s["pid"], "NO", s["error"].as_str().unwrap_or(""));
+        }
+    }
+    let (hits, misses) = (totals["hits"].as_u64().unwrap_or(0), totals["misses"].as_u64().unwrap_or(0));
+    let ratio = if hits + misses > 0 { 100.0 * hits as f64 / (hits + misses) as f64 } else { 0.0 };
+    println!(
+        "total: {hits} hits, {misses} misses ({ratio:.1}% hit ratio); cache {} of {} in {} chunks",
+        format_size(totals["cache_bytes_used"].as_u64().unwrap_or(0)),
+        format_size(totals["cache_capacity"].as_u64().unwrap_or(0)),
+        totals["cached_chunks"],
+    );
+}

@@ -1,0 +1,204 @@
+//! The chunk index of one slot: which chunks it owns, how many bytes they take on disk, and their
+//! recency, for LRU eviction within the slot's share of the fleet capacity.
+
+use lru::LruCache;
+
+/// LRU index over chunk ids with byte accounting. Not thread-safe; the cache wraps it in a mutex and
+/// holds the lock only for these O(1) operations.
+pub struct ChunkIndex {
+    lru: LruCache<u128, u64>,
+    used: u64,
+    capacity: Option<u64>,
+}
+
+impl Default for ChunkIndex {
+    fn default() -> Self {
+        ChunkIndex { lru: LruCache::unbounded(), used: 0, capacity: None }
+    }
+}
+
+impl ChunkIndex {
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub fn len(&self) -> usize {
+        self.lru.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lru.is_empty()
+    }
+
+    pub fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+
+    /// Sets the byte budget; `None` disables eviction (until the capacity is known).
+    pub fn set_capacity(&mut self, capacity: Option<u64>) {
+        self.capacity = capacity;
+    }
+
+    pub fn contains(&self, id: u128) -> bool {
+        self.lru.contains(&id)
+    }
+
+    /// Marks `id` most recently used; false if absent.
+    pub fn touch(&mut self, id: u128) -> bool {
+        self.lru.get(&id).is_some()
+    }
+
+    /// Every id, most recently used first.
+    pub fn ids_most_recent_first(&self) -> Vec<u128> {
+        self.lru.iter().map(|(id, _)| *id).collect()
+    }
+
+    /// Inserts or replaces `id` as most recently used.
+    pub fn insert(&mut self, id: u128, bytes: u64) {
+        if let Some(old) = self.lru.put(id, bytes) {
+            self.used -= old;
+        }
+        self.used += bytes;
+    }
+
+    /// Inserts `id` only if absent (entries found by the start-up scan never override live ones).
+    pub fn insert_if_absent(&mut self, id: u128, bytes: u64) -> bool {
+        if self.lru.contains(&id) {
+            return false;
+        }
+        self.insert(id, bytes);
+        true
+    }
+
+    pub fn remove(&mut self, id: u128) -> Option<u64> {
+        let bytes = self.lru.pop(&id)?;
+        self.used -= bytes;
+        Some(bytes)
+    }
+
+    /// Removes least recently used entries until the index fits its capacity (keeping `keep`, the
+    /// entry just inserted, so a chunk larger than the budget still gets served once), and returns
+    /// them for deletion.
+    pub fn evict_over_capacity(&mut self, keep: Option<u128>) -> Vec<(u128, u64)> {
+        let mut victims = Vec::new();
+        let Some(cap) = self.capacity else { return victims };
+        let mut kept: Option<(u128, u64)> = None;
+        while self.used + kept.map_or(0, |k| k.1) > cap {
+            let Some((id, bytes)) = self.lru.pop_lru() else { break };
+            self.used -= bytes;
+            if Some(id) == keep {
+                kept = Some((id, bytes));
+                continue;
+            }
+            victims.push((id, bytes));
+        }
+        if let Some((id, bytes)) = kept {
+            self.insert(id, bytes);
+        }
+        victims
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The simplest correct model: a vector in recency order (front = least recent).
+    #[derive(Default)]
+    struct Model {
+        order: Vec<(u128, u64)>,
+        capacity: Option<u64>,
+    }
+
+    impl Model {
+        fn used(&self) -> u64 {
+            self.order.iter().map(|e| e.1).sum()
+        }
+        fn insert(&mut self, id: u128, bytes: u64) {
+            self.order.retain(|e| e.0 != id);
+            self.order.push((id, bytes));
+        }
+        fn touch(&mut self, id: u128) -> bool {
+            let Some(pos) = self.order.iter().position(|e| e.0 == id) else { return false };
+            let e = self.order.remove(pos);
+            self.order.push(e);
+            true
+        }
+        fn remove(&mut self, id: u128) -> Option<u64> {
+            let pos = self.order.iter().position(|e| e.0 == id)?;
+            Some(self.order.remove(pos).1)
+        }
+        fn evict(&mut self, keep: Option<u128>) -> Vec<(u128, u64)> {
+            let mut victims = Vec::new();
+            let Some(cap) = self.capacity else { return victims };
+            let mut i = 0;
+            let mut reached_keep = false;
+            while self.used() > cap && i < self.order.len() {
+                if Some(self.order[i].0) == keep {
+                    reached_keep = true;
+                    i += 1;
+                    continue;
+                }
+                victims.push(self.order.remove(i));
+            }
+            // The kept entry (the one just inserted) ends up most recent once eviction reached it.
+            if reached_keep {
+                self.touch(keep.expect("reached"));
+            }
+            victims
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, u16),
+        InsertIfAbsent(u8, u16),
+        Touch(u8),
+        Remove(u8),
+        Capacity(Option<u16>),
+        Evict(Option<u8>),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (any::<u8>(), 1..5000u16).prop_map(|(i, b)| Op::Insert(i % 32, b)),
+            1 => (any::<u8>(), 1..5000u16).prop_map(|(i, b)| Op::InsertIfAbsent(i % 32, b)),
+            3 => any::<u8>().prop_map(|i| Op::Touch(i % 32)),
+            1 => any::<u8>().prop_map(|i| Op::Remove(i % 32)),
+            1 => proptest::option::of(0..20000u16).prop_map(Op::Capacity),
+            2 => proptest::option::of(any::<u8>()).prop_map(|k| Op::Evict(k.map(|k| k % 32))),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn index_matches_model(ops in proptest::collection::vec(op(), 1..300)) {
+            let mut real = ChunkIndex::default();
+            let mut model = Model::default();
+            for op in ops {
+                match op {
+                    Op::Insert(id, b) => { real.insert(id.into(), b.into()); model.insert(id.into(), b.into()); }
+                    Op::InsertIfAbsent(id, b) => {
+                        let absent = !model.order.iter().any(|e| e.0 == u128::from(id));
+                        if absent { model.insert(id.into(), b.into()); }
+                        prop_assert_eq!(real.insert_if_absent(id.into(), b.into()), absent);
+                    }
+                    Op::Touch(id) => prop_assert_eq!(real.touch(id.into()), model.touch(id.into())),
+                    Op::Remove(id) => prop_assert_eq!(real.remove(id.into()), model.remove(id.into())),
+                    Op::Capacity(c) => { real.set_capacity(c.map(u64::from)); model.capacity = c.map(u64::from); }
+                    Op::Evict(keep) => {
+                        let keep = keep.map(u128::from);
+                        prop_assert_eq!(real.evict_over_capacity(keep), model.evict(keep));
+                        if let Some(cap) = model.capacity {
+                            let kept = keep.and_then(|k| model.order.iter().find(|e| e.0 == k)).map_or(0, |e| e.1);
+                            prop_assert!(real.used() <= cap.max(kept));
+                        }
+                    }
+                }
+                prop_assert_eq!(real.used(), model.used());
+                prop_assert_eq!(real.len(), model.order.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The engine of a proxy slot: metadata cache, chunk index, single-flight fills and eviction.
+//!
+//! A chunk read is either a hit (the chunk file is on disk and its header binds it to the requested
+//! identity: the caller gets the open file to pass on) or a miss (one origin fetch per chunk however
+//! many readers wait for it; the bytes go to every waiter and then to disk). A chunk that fails a
+//! check is dropped, counted, and fetched again: bad bytes are never served.
+
+mod flight;
+mod index;
+mod meta;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use bytes::Bytes;
+use memarts_protocol::{
+    owner_slot, ChunkRequest, ErrorCode, ListPage, ListRequest, ObjectMeta, ObjectUrl, SlotStatus, WireError,
+    MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+};
+
+use crate::chunk_store::{CachedChunk, ChunkKey, ChunkStore, StoreError};
+use crate::origin::Origin;
+pub use flight::Flights;
+pub use index::ChunkIndex;
+pub use meta::MetaCache;
+
+/// Chunks up to this size are read by the proxy and sent inline; larger hits pass the descriptor.
+pub const INLINE_MAX: u64 = 64 << 10;
+
+/// Bytes fetched from the origin, with their checksum.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub data: Bytes,
+    pub crc32c: u32,
+}
+
+/// What a chunk read produced.
+pub enum ChunkOutcome {
+    /// A verified-header hit whose data the client reads from the passed descriptor.
+    Fd(CachedChunk),
+    /// Bytes to send inline: a small hit (`from_cache`) or a miss.
+    Bytes { data: Bytes, crc32c: u32, from_cache: bool },
+}
+
+/// Counters for `memarts status`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    pub requests: AtomicU64,
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub bytes_from_cache: AtomicU64,
+    pub bytes_from_origin: AtomicU64,
+    pub corrupt_chunks: AtomicU64,
+    pub evicted_chunks: AtomicU64,
+    pub store_errors: AtomicU64,
+}
+
+/// Static facts about the slot.
+#[derive(Debug, Clone)]
+pub struct SlotInfo {
+    pub slot: u32,
+    pub slots: u32,
+    pub cache_dir: PathBuf,
+    /// Fleet capacity from the config; `None`: derived from free space once the index is rebuilt.
+    pub capacity: Option<u64>,
+    pub io_engine: &'static str,
+}
+
+pub struct Cache {
+    info: SlotInfo,
+    origin: Arc<Origin>,
+    store: Arc<ChunkStore>,
+    index: Mutex<ChunkIndex>,
+    meta: MetaCache,
+    flights: Arc<Flights<Result<Fetched, WireError>>>,
+    index_ready: AtomicBool,
+    started: Instant,
+    pub stats: Stats,
+}
+
+fn bad_request(msg: impl Into<String>) -> WireError {
+    WireError::new(ErrorCode::BadRequest, msg)
+}
+
+fn parse_url(url: &str) -> Result<ObjectUrl, WireError> {
+    ObjectUrl::parse(url).map_err(|e| bad_request(e.to_string()))
+}
+
+impl Cache {
+    pub fn new(info: SlotInfo, origin: Origin, store: ChunkStore, meta: MetaCache) -> Arc<Cache> {
+        Arc::new(Cache {
+            info,
+            origin: Arc::new(origin),
+            store: Arc::new(store),
+            index: Mutex::new(ChunkIndex::default()),
+            meta,
+            flights: Arc::default(),
+            index_ready: AtomicBool::new(false),
+            started: Instant::now(),
+            stats: Stats::default(),
+        })
+    }
+
+    fn index(&self) -> std::sync::MutexGuard<'_, ChunkIndex> {
+        self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn origin(&self) -> &Origin {
+        &self.origin
+    }
+
+    /// Metadata of `url`, from the metadata cache while fresh, else from the origin.
+    pub async fn stat(&self, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {
+        let parsed = parse_url(url)?;
+        let key = parsed.to_string();
+        if !refresh {
+            if let Some(meta) = self.meta.get(&key) {
+                return Ok(meta);
+            }
+        }
+        let meta = self.origin.head(&parsed).await?;
+        self.meta.put(key, meta.clone());
+        Ok(meta)
+    }
+
+    pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {
+        Ok(self.origin.list(req).await?)
+    }
+
+    /// Reads one chunk: a hit from disk or a single-flight fill from the origin.
+    pub async fn read_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<ChunkOutcome, WireError> {
+        if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {
+            return Err(bad_request(format!(
+                "chunk size {} is outside {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}",
+                req.chunk_size
+            )));
+        }
+        let range = req.range().ok_or_else(|| {
+            bad_request(format!("chunk {} lies past the end of a {}-byte object", req.index, req.object_size))
+        })?;
+        if req.etag.is_empty() {
+            return Err(bad_request("a chunk read needs the ETag the read started with"));
+        }
+        let url = parse_url(&req.url)?;
+        let key = ChunkKey::new(&url, &req.etag, req.chunk_size, req.index);
+        let id = key.id().0;
+
+        if req.recheck {
+            self.drop_corrupt(id, "client checksum mismatch").await;
+        } else if let Some(outcome) = self.try_hit(&key, id).await {
+            return Ok(outcome);
+        }
+
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let this = self.clone();
+        let (result, _led) = self
+            .flights
+            .join(
+                id,
+                move |leader| async move {
+                    let fetched = this.origin.get_range(&url, range, &key.etag).await;
+                    let fetched = fetched
+                        .map(|data| Fetched { crc32c: crc32c::crc32c(&data), data })
+                        .map_err(WireError::from);
+                    leader.publish(fetched.clone());
+                    if let Ok(f) = fetched {
+                        this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
+                        this.persist(&key, id, f.data).await;
+                    }
+                    drop(leader);
+                },
+                || Err(WireError::new(ErrorCode::Internal, "the fetch of this chunk was abandoned")),
+            )
+            .await;
+        let f = result?;
+        Ok(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false })
+    }
+
+    async fn try_hit(&self, key: &ChunkKey, id: u128) -> Option<ChunkOutcome> {
+        let chunk = match self.store.get(key).await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => {
+                self.index().remove(id);
+                return None;
+            }
+            Err(StoreError::Corrupt { reason, .. }) => {
+                self.drop_corrupt(id, &reason).await;
+                return None;
+            }
+            Err(e) => {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("cache read failed, going to the origin: {e}");
+                return None;
+            }
+        };
+        let outcome = if chunk.len <= INLINE_MAX {
+            match self.store.read_verified(&chunk).await {
+                Ok(data) => ChunkOutcome::Bytes { data: data.into(), crc32c: chunk.crc32c, from_cache: true },
+                Err(e) => {
+                    self.drop_corrupt(id, &e.to_string()).await;
+                    return None;
+                }
+            }
+        } else {
+            ChunkOutcome::Fd(chunk.clone())
+        };
+        {
+            let mut index = self.index();
+            if !index.touch(id) {
+                index.insert(id, crate::chunk_store::format::round_up(chunk.data_offset + chunk.len));
+            }
+        }
+        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_from_cache.fetch_add(chunk.len, Ordering::Relaxed);
+        Some(outcome)
+    }
+
+    async fn drop_corrupt(&self, id: u128, reason: &str) {
+        self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("dropping corrupt chunk {id:032x}: {reason}");
+        self.index().remove(id);
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.remove(crate::chunk_store::ChunkId(id))).await;
+    }
+
+    /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
+    async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
+        match self.store.put(key, data, 0, false).await {
+            Ok(bytes) => {
+                let victims = {
+                    let mut index = self.index();
+                    index.insert(id, bytes);
+                    index.evict_over_capacity(Some(id))
+                };
+                self.remove_files(victims).await;
+            }
+            Err(e) => {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("could not cache chunk {id:032x}, serving it from the origin only: {e}");
+            }
+        }
+    }
+
+    async fn remove_files(&self, victims: Vec<(u128, u64)>) {
+        if victims.is_empty() {
+            return;
+        }
+        self.stats.evicted_chunks.fetch_add(victims.len() as u64, Ordering::Relaxed);
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for (id, _) in victims {
+                if let Err(e) = store.remove(crate::chunk_store::ChunkId(id)) {
+                    tracing::warn!("could not evict chunk {id:032x}: {e}");
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Rebuilds the index from the chunk files in the background: the slot serves meanwhile (a chunk
+    /// file is found by its name, the index only orders eviction).
+    pub fn start_rebuild(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let store = this.store.clone();
+            let (slot, slots) = (this.info.slot, this.info.slots);
+            let scanned = tokio::task::spawn_blocking(move || {
+                let mut owned = Vec::new();
+                let mut total = 0u64;
+                for c in store.scan() {
+                    total += c.bytes_on_disk;
+                    if owner_slot(c.id.0, slots) == slot {
+                        owned.push(c);
+                    }
+                }
+                owned.sort_by_key(|c| c.accessed);
+                (owned, total)
+            })
+            .await;
+            let Ok((owned, total)) = scanned else {
+                tracing::error!("index rebuild failed; eviction stays off");
+                return;
+            };
+            let capacity =
+                this.info.capacity.unwrap_or_else(|| default_capacity(&this.info.cache_dir, total));
+            let share = capacity / u64::from(slots.max(1));
+            let victims = {
+                let mut index = this.index();
+                let live = index.ids_most_recent_first();
+                let (n, bytes) = (owned.len(), owned.iter().map(|c| c.bytes_on_disk).sum::<u64>());
+                let before = index.len();
+                for c in &owned {
+                    index.insert_if_absent(c.id.0, c.bytes_on_disk);
+                }
+                // Chunks served while the scan ran are more recent than anything it found.
+                for id in live.into_iter().rev() {
+                    index.touch(id);
+                }
+                index.set_capacity(Some(share));
+                tracing::info!(
+                    "index rebuilt in {:?}: {n} chunks ({bytes} bytes) owned, {before} seen live; \
+                     fleet capacity {capacity} bytes, slot share {share}",
+                    started.elapsed()
+                );
+                index.evict_over_capacity(None)
+            };
+            this.remove_files(victims).await;
+            this.index_ready.store(true, Ordering::Release);
+        });
+    }
+
+    pub fn status(&self) -> SlotStatus {
+        let index = self.index();
+        let s = &self.stats;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        SlotStatus {
+            slot: self.info.slot,
+            slots: self.info.slots,
+            pid: std::process::id(),
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+            connections: load(&s.connections),
+            requests: load(&s.requests),
+            hits: load(&s.hits),
+            misses: load(&s.misses),
+            bytes_from_cache: load(&s.bytes_from_cache),
+            bytes_from_origin: load(&s.bytes_from_origin),
+            origin_requests: load(&self.origin.stats.requests),
+            origin_retries: load(&self.origin.stats.retries),
+            corrupt_chunks: load(&s.corrupt_chunks),
+            evicted_chunks: load(&s.evicted_chunks),
+            cached_chunks: index.len() as u64,
+            cache_bytes_used: index.used(),
+            cache_capacity: index.capacity().unwrap_or(0),
+            index_ready: self.index_ready.load(Ordering::Acquire),
+            io_engine: self.info.io_engine.to_string(),
+            cache_dir: self.info.cache_dir.display().to_string(),
+        }
+    }
+}
+
+/// 80% of the space that is free or already holds our chunks.
+fn default_capacity(cache_dir: &std::path::Path, ours: u64) -> u64 {
+    match nix::sys::statvfs::statvfs(cache_dir) {
+        Ok(st) => {
+            let free = st.blocks_available() * st.fragment_size();
+            (free.saturating_add(ours) as f64 * 0.8) as u64
+        }
+        Err(e) => {
+            tracing::warn!(
+                "statvfs({}) failed ({e}); capacity defaults to what is cached now",
+                cache_dir.display()
+            );
+            ours.max(1 << 30)
+        }
+    }
+}

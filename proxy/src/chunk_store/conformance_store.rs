@@ -1,0 +1,213 @@
+//! Conformance cases for [`ChunkStore`], each taking the engine under test; run against
+//! both engines by the `conformance!` macro in `conformance.rs`.
+
+use std::collections::BTreeSet;
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::conformance::pattern;
+use super::format::{self, FLAG_MEMARTS_ONLY};
+use super::{ChunkKey, ChunkStore, IoEngine, StoreError};
+
+fn key(name: &str, index: u64) -> ChunkKey {
+    ChunkKey {
+        origin: "s3|http://127.0.0.1:9000".into(),
+        bucket: "train".into(),
+        key: name.into(),
+        etag: "\"0123abcd\"".into(),
+        chunk_size: 1 << 20,
+        index,
+    }
+}
+
+fn open(root: &Path, engine: &Arc<dyn IoEngine>) -> ChunkStore {
+    ChunkStore::open(root, Arc::clone(engine)).unwrap()
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    assert!(matches!(result, Err(StoreError::Corrupt { .. })), "expected Corrupt, got {result:?}");
+}
+
+/// Puts a 5000-byte chunk and returns the store, its key and its path.
+async fn stored(root: &Path, engine: &Arc<dyn IoEngine>) -> (ChunkStore, ChunkKey, std::path::PathBuf) {
+    let store = open(root, engine);
+    let k = key("victim", 0);
+    store.put(&k, Bytes::from(pattern(5000, 5)), 0, false).await.unwrap();
+    let path = store.path_of(k.id());
+    (store, k, path)
+}
+
+pub(super) async fn put_get_read_round_trip(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path(), &engine);
+    assert!(store.get(&key("absent", 0)).await.unwrap().is_none());
+    for (i, len) in [0usize, 1, 4095, 4096, 4097, 1 << 20].into_iter().enumerate() {
+        let k = key("obj", i as u64);
+        let data = pattern(len, i as u64);
+        let on_disk = store.put(&k, Bytes::from(data.clone()), FLAG_MEMARTS_ONLY, i % 2 == 0).await.unwrap();
+        let data_offset = format::data_offset_for(k.identity_len());
+        assert_eq!(on_disk, format::round_up(data_offset + len as u64));
+        let chunk = store.get(&k).await.unwrap().expect("chunk present");
+        assert_eq!((chunk.id, chunk.len, chunk.data_offset, chunk.flags), (k.id(), len as u64, 4096, 1));
+        assert_eq!(chunk.crc32c, crc32c::crc32c(&data));
+        assert!(store.read_verified(&chunk).await.unwrap() == data);
+        let path = store.path_of(k.id());
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(path.parent().unwrap()), 0o700);
+    }
+    assert_eq!(mode(&root.path().join("v1/tmp")), 0o700);
+    assert_eq!(fs::read_dir(root.path().join("v1/tmp")).unwrap().count(), 0);
+}
+
+pub(super) async fn data_flip_is_corrupt(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let (store, k, path) = stored(root.path(), &engine).await;
+    let file = OpenOptions::new().write(true).open(&path).unwrap();
+    file.write_all_at(&[!pattern(5000, 5)[1234]], 4096 + 1234).unwrap();
+    let chunk = store.get(&k).await.unwrap().expect("header still fine");
+    assert_corrupt(store.read_verified(&chunk).await);
+    assert!(!path.exists(), "corrupt chunk removed");
+    assert!(store.get(&k).await.unwrap().is_none());
+}
+
+pub(super) async fn header_flip_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+    for at in [0u64, 9, 17, 25, 30, 40, 80, 127] {
+        let root = tempfile::tempdir().unwrap();
+        let (store, k, path) = stored(root.path(), &engine).await;
+        let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let mut byte = [0u8];
+        file.read_exact_at(&mut byte, at).unwrap();
+        file.write_all_at(&[byte[0] ^ 0x40], at).unwrap();
+        assert_corrupt(store.get(&k).await);
+        assert!(!path.exists(), "file with flipped header byte {at} removed");
+    }
+}
+
+pub(super) async fn truncation_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+    for len in [4096 + 4999, 4096, 100, 31, 7] {
+        let root = tempfile::tempdir().unwrap();
+        let (store, k, path) = stored(root.path(), &engine).await;
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(len).unwrap();
+        assert_corrupt(store.get(&k).await);
+        assert!(!path.exists(), "file truncated to {len} removed");
+    }
+}
+
+pub(super) async fn zero_length_file_is_corrupt(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let (store, k, path) = stored(root.path(), &engine).await;
+    fs::write(&path, b"").unwrap();
+    assert_corrupt(store.get(&k).await);
+    assert!(!path.exists());
+}
+
+pub(super) async fn other_keys_file_is_corrupt(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let (store, k, path) = stored(root.path(), &engine).await;
+    let other = key("other", 7);
+    let other_path = store.path_of(other.id());
+    fs::create_dir_all(other_path.parent().unwrap()).unwrap();
+    fs::copy(&path, &other_path).unwrap();
+    assert_corrupt(store.get(&other).await);
+    assert!(!other_path.exists());
+    assert!(store.get(&k).await.unwrap().is_some(), "the real chunk is untouched");
+}
+
+pub(super) async fn scan_skips_foreign_files(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let (store, k, path) = stored(root.path(), &engine).await;
+    let chunks = root.path().join("v1/chunks");
+    let hex = k.id().to_hex();
+    let leaf = path.parent().unwrap();
+    let foreign = [
+        chunks.join("README"),
+        chunks.join("zz"),
+        leaf.join("notes.txt"),
+        leaf.join(hex.to_uppercase()),
+        leaf.join(format!("{hex}.tmp")),
+        leaf.join(format!("{}{}", if &hex[0..4] == "0000" { "1111" } else { "0000" }, &hex[4..])),
+    ];
+    for f in &foreign {
+        fs::create_dir_all(f.parent().unwrap()).unwrap();
+        fs::write(f, b"not a chunk").unwrap();
+    }
+    let mut scan = store.scan();
+    let found: Vec<_> = scan.by_ref().map(|c| c.id).collect();
+    assert_eq!(found, vec![k.id()]);
+    let report = scan.report();
+    assert_eq!((report.chunks, report.errors), (1, 0));
+    assert_eq!(report.foreign, foreign.len() as u64);
+    assert!(foreign.iter().all(|f| f.exists()), "foreign files are never deleted");
+}
+
+pub(super) async fn open_removes_stale_temp_files(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    drop(open(root.path(), &engine));
+    let tmp = root.path().join("v1/tmp");
+    fs::write(tmp.join("0123.42.7.tmp"), b"half a chunk").unwrap();
+    fs::create_dir(tmp.join("subdir")).unwrap();
+    fs::write(tmp.join("subdir/keep"), b"x").unwrap();
+    let store = open(root.path(), &engine);
+    assert!(!tmp.join("0123.42.7.tmp").exists());
+    assert!(tmp.join("subdir/keep").exists(), "only regular files directly in tmp/ are removed");
+    assert_eq!(store.scan().count(), 0);
+}
+
+pub(super) async fn scan_finds_exactly_the_chunks_put(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path(), &engine);
+    let mut expected = BTreeSet::new();
+    let mut total = 0;
+    for i in 0..40u64 {
+        let k = key(&format!("object-{}", i % 7), i);
+        total += store.put(&k, Bytes::from(pattern(i as usize * 1000, i)), 0, false).await.unwrap();
+        expected.insert(k.id());
+    }
+    let mut scan = store.scan();
+    let found: BTreeSet<_> = scan.by_ref().map(|c| c.id).collect();
+    assert_eq!(found, expected);
+    assert_eq!((scan.report().chunks, scan.report().foreign), (40, 0));
+    assert!(scan.report().bytes_on_disk >= total, "st_blocks covers the written bytes");
+    let victim = *expected.iter().next().unwrap();
+    assert!(store.remove(victim).unwrap() >= 4096);
+    assert_eq!(store.remove(victim).unwrap(), 0);
+    assert_eq!(store.scan().count(), 39);
+}
+
+pub(super) async fn concurrent_puts_of_one_key(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(root.path(), &engine));
+    let k = key("contended", 3);
+    let data = Bytes::from(pattern(64 * 1024 + 3, 77));
+    let puts: Vec<_> = (0..100)
+        .map(|i| {
+            let (store, k, data) = (Arc::clone(&store), k.clone(), data.clone());
+            tokio::spawn(async move { store.put(&k, data, 0, i % 10 == 0).await })
+        })
+        .collect();
+    for put in puts {
+        put.await.unwrap().unwrap();
+    }
+    let ids: Vec<_> = store.scan().map(|c| c.id).collect();
+    assert_eq!(ids, vec![k.id()]);
+    let chunk = store.get(&k).await.unwrap().unwrap();
+    assert!(store.read_verified(&chunk).await.unwrap() == data);
+    assert_eq!(fs::read_dir(root.path().join("v1/tmp")).unwrap().count(), 0);
+}
+
+pub(super) async fn oversized_key_is_refused(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path(), &engine);
+    let k = key(&"k".repeat(format::MAX_IDENTITY_LEN), 0);
+    let result = store.put(&k, Bytes::from_static(b"x"), 0, false).await;
+    assert!(matches!(result, Err(StoreError::KeyTooLarge { .. })), "{result:?}");
+    assert_eq!(store.scan().count(), 0);
+}

@@ -1,0 +1,33 @@
+//! The SSD chunk store: 1 MiB chunks of origin objects kept as files on local disk.
+//!
+//! - [`ChunkKey`] / [`ChunkId`] (`key.rs`): a chunk's identity and its 128-bit hash.
+//! - `format.rs`: the chunk file format (checksummed header bound to the key, page-aligned
+//!   data).
+//! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
+//!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
+//!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);
+//!   [`select_engine`] picks one, falling back to pread where io_uring is refused.
+//! - [`ChunkStore`] (`store.rs`): put / get / read_verified / remove on the cache root, and
+//!   [`Scan`] (`scan.rs`) to walk what is on disk.
+
+mod engine;
+pub mod format;
+mod key;
+mod pread;
+mod scan;
+mod store;
+mod uring;
+mod uring_ring;
+
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod conformance_store;
+
+pub use engine::{select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, DEFAULT_URING_ENTRIES};
+pub use format::{FormatError, Header};
+pub use key::{ChunkId, ChunkKey};
+pub use pread::PreadEngine;
+pub use scan::{Scan, ScanReport, ScannedChunk};
+pub use store::{CachedChunk, ChunkStore, StoreError};
+pub use uring::UringEngine;

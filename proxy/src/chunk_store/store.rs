@@ -1,0 +1,327 @@
+//! [`ChunkStore`]: chunk files under a cache root, written and read through an [`IoEngine`].
+//!
+//! Layout: `<root>/v1/chunks/<hex[0..2]>/<hex[2..4]>/<hex>` (32-hex [`ChunkId`]) and
+//! `<root>/v1/tmp/` for files being written. Directories are created 0700, files 0600.
+//! One store (process) per root: opening a store removes every temp file left in `tmp/`.
+//!
+//! Crash safety: a chunk is written to a unique temp file and renamed into place, so a
+//! process crash at any instant leaves either a complete chunk or nothing visible. With
+//! `durable`, the file is fdatasync'ed before the rename and its directory fsync'ed after,
+//! which extends that to power loss; without it, a power loss may leave a file whose header
+//! or data CRC no longer checks out, which `get` / `read_verified` report as `Corrupt` and
+//! remove. Directory operations (open, rename, mkdir, unlink) run on tokio's blocking pool.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::engine::IoEngine;
+use super::format::{self, FormatError};
+use super::key::{ChunkId, ChunkKey};
+use super::pread::run_blocking;
+use super::scan::Scan;
+
+const DIR_MODE: u32 = 0o700;
+const FILE_MODE: u32 = 0o600;
+
+/// Errors of [`ChunkStore`] operations.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("chunk store I/O error: {0}")]
+    Io(io::Error),
+    /// The chunk file was invalid; `get` and `read_verified` have removed it.
+    #[error("chunk {id} is corrupt: {reason}")]
+    Corrupt { id: ChunkId, reason: String },
+    /// ENOSPC or EDQUOT while writing.
+    #[error("no space left for the chunk cache")]
+    NoSpace,
+    /// The key's identity encoding exceeds the header's limit.
+    #[error("chunk key identity of {len} bytes exceeds the {}-byte limit", format::MAX_IDENTITY_LEN)]
+    KeyTooLarge { len: usize },
+}
+
+impl From<io::Error> for StoreError {
+    fn from(e: io::Error) -> Self {
+        match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => StoreError::NoSpace,
+            _ => StoreError::Io(e),
+        }
+    }
+}
+
+/// A chunk found by [`ChunkStore::get`]: its open file and where its data lies. The data is
+/// not read or verified yet; whoever reads it checks `crc32c`.
+#[derive(Clone, Debug)]
+pub struct CachedChunk {
+    pub id: ChunkId,
+    pub file: Arc<File>,
+    pub data_offset: u64,
+    pub len: u64,
+    pub crc32c: u32,
+    pub flags: u16,
+}
+
+/// The on-disk chunk store; see the module docs.
+pub struct ChunkStore {
+    root: PathBuf,
+    chunks: PathBuf,
+    tmp: PathBuf,
+    engine: Arc<dyn IoEngine>,
+    next_tmp: AtomicU64,
+}
+
+impl ChunkStore {
+    /// Creates the layout under `root` if needed and removes leftover temp files (regular
+    /// files directly in `tmp/`, nothing else). Blocking.
+    pub fn open(root: impl AsRef<Path>, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
+        let root = root.as_ref().to_path_buf();
+        let chunks = root.join("v1").join("chunks");
+        let tmp = root.join("v1").join("tmp");
+        for dir in [&chunks, &tmp] {
+            DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)?;
+        }
+        let mut removed = 0u64;
+        for entry in fs::read_dir(&tmp)? {
+            let entry = entry?;
+            if entry.file_type()?.is_file() {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, dir = %tmp.display(), "removed leftover chunk temp files");
+        }
+        Ok(ChunkStore { root, chunks, tmp, engine, next_tmp: AtomicU64::new(0) })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn engine(&self) -> &Arc<dyn IoEngine> {
+        &self.engine
+    }
+
+    /// Where the chunk `id` lives (whether or not it exists).
+    pub fn path_of(&self, id: ChunkId) -> PathBuf {
+        let hex = id.to_hex();
+        self.chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+    }
+
+    /// Stores `data` as the chunk `key`, replacing any previous file atomically. Returns the
+    /// bytes it occupies on disk (file length rounded up to 4096).
+    pub async fn put(
+        &self,
+        key: &ChunkKey,
+        data: Bytes,
+        flags: u16,
+        durable: bool,
+    ) -> Result<u64, StoreError> {
+        let id = key.id();
+        let crc = crc32c::crc32c(&data);
+        let header = format::encode_header(key, data.len() as u64, crc, flags)
+            .map_err(|_| StoreError::KeyTooLarge { len: key.identity_len() })?;
+        let data_offset = header.len() as u64;
+        let on_disk = format::round_up(data_offset + data.len() as u64);
+        let serial = self.next_tmp.fetch_add(1, Ordering::Relaxed);
+        let tmp_path = self.tmp.join(format!("{}.{}.{serial}.tmp", id.to_hex(), std::process::id()));
+        let file = {
+            let path = tmp_path.clone();
+            run_blocking(move || {
+                OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(path)
+            })
+            .await?
+        };
+        let file = Arc::new(file);
+        let written = async {
+            let (h, d) = tokio::join!(
+                self.engine.write_at(Arc::clone(&file), 0, Bytes::from(header)),
+                self.engine.write_at(Arc::clone(&file), data_offset, data),
+            );
+            h.and(d)?;
+            if durable {
+                self.engine.fsync(Arc::clone(&file), true).await?;
+            }
+            io::Result::Ok(())
+        };
+        let result = match written.await {
+            Ok(()) => {
+                let (tmp, dest, chunks) = (tmp_path.clone(), self.path_of(id), self.chunks.clone());
+                run_blocking(move || publish(&tmp, &dest, &chunks, durable)).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            // Best effort: after a failed rename the temp file is still there.
+            let _ = run_blocking(move || fs::remove_file(tmp_path)).await;
+            return Err(e.into());
+        }
+        Ok(on_disk)
+    }
+
+    /// Opens the chunk `key` and checks its header (identity and length) without reading
+    /// the data. `None` when absent. An invalid file is removed and reported as `Corrupt`.
+    pub async fn get(&self, key: &ChunkKey) -> Result<Option<CachedChunk>, StoreError> {
+        let id = key.id();
+        let path = self.path_of(id);
+        let opened = run_blocking(move || match File::open(path) {
+            Ok(file) => {
+                let len = file.metadata()?.len();
+                Ok(Some((file, len)))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        })
+        .await?;
+        let Some((file, file_len)) = opened else { return Ok(None) };
+        let file = Arc::new(file);
+        match self.read_header(&file, file_len).await {
+            Ok(Ok(header)) if !header.matches(key) => {
+                Err(self.discard(id, &file, "header identity is another chunk's".into()).await)
+            }
+            Ok(Ok(header)) => match header.end() {
+                Some(end) if end <= file_len => Ok(Some(CachedChunk {
+                    id,
+                    file,
+                    data_offset: header.data_offset,
+                    len: header.data_len,
+                    crc32c: header.data_crc32c,
+                    flags: header.flags,
+                })),
+                _ => {
+                    let reason =
+                        format!("file is {file_len} bytes, header claims {} of data", header.data_len);
+                    Err(self.discard(id, &file, reason).await)
+                }
+            },
+            Ok(Err(e)) => Err(self.discard(id, &file, format!("bad header: {e}")).await),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                Err(self.discard(id, &file, "file shrank while reading its header".into()).await)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Reads the header: one 4096-byte read, a second one only for very long identities.
+    async fn read_header(
+        &self,
+        file: &Arc<File>,
+        file_len: u64,
+    ) -> io::Result<Result<format::Header, FormatError>> {
+        let first = file_len.min(format::ALIGN) as usize;
+        let bytes = self.engine.read_at(Arc::clone(file), 0, first).await?;
+        match format::decode_header(&bytes) {
+            Err(FormatError::Truncated { needed, .. }) if needed > first && needed as u64 <= file_len => {
+                let bytes = self.engine.read_at(Arc::clone(file), 0, needed).await?;
+                Ok(format::decode_header(&bytes))
+            }
+            decoded => Ok(decoded),
+        }
+    }
+
+    /// Reads the chunk's data and checks its CRC32C. On a mismatch (or a file that shrank)
+    /// the file is removed and `Corrupt` returned.
+    pub async fn read_verified(&self, chunk: &CachedChunk) -> Result<Vec<u8>, StoreError> {
+        let len = usize::try_from(chunk.len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let data = match self.engine.read_at(Arc::clone(&chunk.file), chunk.data_offset, len).await {
+            Ok(data) => data,
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                return Err(self.discard(chunk.id, &chunk.file, "data truncated".into()).await);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let crc = crc32c::crc32c(&data);
+        if crc != chunk.crc32c {
+            let reason = format!("data CRC32C {crc:#010x}, header says {:#010x}", chunk.crc32c);
+            return Err(self.discard(chunk.id, &chunk.file, reason).await);
+        }
+        Ok(data)
+    }
+
+    /// Removes the corrupt chunk file — only if the path still names the file we opened, so
+    /// a concurrent `put` that just replaced it is not undone — and builds the error.
+    async fn discard(&self, id: ChunkId, file: &Arc<File>, reason: String) -> StoreError {
+        tracing::warn!(%id, %reason, "removing corrupt chunk file");
+        let (path, file) = (self.path_of(id), Arc::clone(file));
+        let removed = run_blocking(move || {
+            let (ours, named) = (file.metadata()?, fs::symlink_metadata(&path)?);
+            if (ours.dev(), ours.ino()) == (named.dev(), named.ino()) {
+                fs::remove_file(&path)?;
+            }
+            Ok(())
+        })
+        .await;
+        match removed {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                tracing::warn!(%id, error = %e, "could not remove corrupt chunk file");
+            }
+            _ => {}
+        }
+        StoreError::Corrupt { id, reason }
+    }
+
+    /// Removes the chunk `id`; returns the bytes freed (`st_blocks * 512`, 0 if absent).
+    /// Blocking: call it from a blocking thread.
+    pub fn remove(&self, id: ChunkId) -> io::Result<u64> {
+        let path = self.path_of(id);
+        let freed = match fs::symlink_metadata(&path) {
+            Ok(meta) => meta.blocks() * 512,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(freed),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Walks `chunks/` lazily, yielding every chunk file; foreign entries are skipped and
+    /// counted in [`Scan::report`]. Blocking: iterate it on a blocking thread.
+    pub fn scan(&self) -> Scan {
+        Scan::new(&self.chunks)
+    }
+}
+
+impl std::fmt::Debug for ChunkStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkStore").field("root", &self.root).field("engine", &self.engine.name()).finish()
+    }
+}
+
+/// Renames the finished temp file into place, creating the fan-out directories; with
+/// `durable`, fsyncs the destination directory and the parents of directories it created.
+fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
+    let leaf = dest.parent().unwrap_or(chunks);
+    let middle = leaf.parent().unwrap_or(chunks);
+    let created_middle = create_dir(middle)?;
+    let created_leaf = create_dir(leaf)?;
+    fs::rename(tmp, dest)?;
+    if durable {
+        File::open(leaf)?.sync_all()?;
+        if created_leaf {
+            File::open(middle)?.sync_all()?;
+        }
+        if created_middle {
+            File::open(chunks)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates one directory (0700); `Ok(false)` if it already existed.
+fn create_dir(dir: &Path) -> io::Result<bool> {
+    match DirBuilder::new().mode(DIR_MODE).create(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}

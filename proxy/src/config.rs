@@ -1,0 +1,302 @@
+//! Fleet configuration: one serde struct with `validate()`.
+//!
+//! The `memarts` CLI resolves it (flag > environment > config file > default), writes it to
+//! `<run dir>/fleet.json`, and every proxy of the fleet reads that file. Credentials are never part of
+//! it: proxies take them from the standard `AWS_*` environment they inherit. Library code receives
+//! this typed struct and never reads argv or the environment itself, except through [`FleetConfig::apply_env`].
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::chunk_store::EngineKind;
+use crate::size::parse_size;
+
+/// Everything a fleet of proxies shares.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FleetConfig {
+    /// Number of proxy slots (processes) in the fleet.
+    pub slots: u32,
+    /// Directory of sockets, pid files, logs and `fleet.json`; 0700.
+    pub run_dir: PathBuf,
+    /// Root of the chunk cache, shared by all slots.
+    pub cache_dir: PathBuf,
+    /// Bytes on disk the whole fleet may use; `None`: 80% of the space that is free or already ours.
+    /// In a config file either a number of bytes or a string such as `"50GiB"`.
+    #[serde(deserialize_with = "de_size")]
+    pub capacity: Option<u64>,
+    /// `auto` (io_uring, pread when unavailable), `io_uring` or `pread`.
+    pub io_engine: String,
+    /// How long a stat result is trusted before the ETag is revalidated with the origin.
+    pub meta_ttl_secs: f64,
+    /// Uids allowed to connect besides the proxy's own.
+    pub allowed_uids: Vec<u32>,
+    /// Connections a slot accepts at once; more are refused with `Unavailable`.
+    pub max_connections: u32,
+    /// A connection idle this long between requests is closed (the shim reconnects transparently).
+    pub idle_timeout_secs: f64,
+    /// A client that takes longer than this to send one frame or to take one reply is cut off.
+    pub io_timeout_secs: f64,
+    /// How long `SIGTERM` waits for in-flight requests before exiting anyway.
+    pub drain_timeout_secs: f64,
+    pub origin: OriginConfig,
+}
+
+/// How to reach the origin and how hard to try.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OriginConfig {
+    /// S3-compatible endpoint, e.g. `http://127.0.0.1:9000`; `None`: AWS.
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    /// Allow plain `http://` endpoints.
+    pub allow_http: bool,
+    /// Virtual-hosted-style requests (`bucket.endpoint`); default is path style.
+    pub virtual_hosted_style: bool,
+    pub connect_timeout_secs: f64,
+    /// Allowance for the first byte of a response; a request's deadline adds its size at
+    /// `min_throughput` to this.
+    pub first_byte_timeout_secs: f64,
+    /// Slowest transfer rate tolerated before a request is abandoned and retried, bytes/s.
+    pub min_throughput: u64,
+    /// Attempts per origin request (first try included) for retryable failures.
+    pub max_attempts: u32,
+    pub backoff_base_ms: u64,
+    pub backoff_max_ms: u64,
+}
+
+impl Default for OriginConfig {
+    fn default() -> Self {
+        OriginConfig {
+            endpoint: None,
+            region: None,
+            allow_http: false,
+            virtual_hosted_style: false,
+            connect_timeout_secs: 5.0,
+            first_byte_timeout_secs: 15.0,
+            min_throughput: 1 << 20,
+            max_attempts: 6,
+            backoff_base_ms: 100,
+            backoff_max_ms: 5_000,
+        }
+    }
+}
+
+impl Default for FleetConfig {
+    fn default() -> Self {
+        FleetConfig {
+            slots: 1,
+            run_dir: default_run_dir(),
+            cache_dir: default_cache_dir(),
+            capacity: None,
+            io_engine: "auto".into(),
+            meta_ttl_secs: 60.0,
+            allowed_uids: Vec::new(),
+            max_connections: 4096,
+            idle_timeout_secs: 600.0,
+            io_timeout_secs: 30.0,
+            drain_timeout_secs: 10.0,
+            origin: OriginConfig::default(),
+        }
+    }
+}
+
+/// `$XDG_RUNTIME_DIR/memarts`, else `/tmp/memarts-<uid>`.
+pub fn default_run_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !dir.is_empty() => Path::new(&dir).join("memarts"),
+        _ => PathBuf::from(format!("/tmp/memarts-{}", nix::unistd::getuid())),
+    }
+}
+
+/// `$XDG_CACHE_HOME/memarts`, else `~/.cache/memarts`, else `/tmp/memarts-cache-<uid>`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return Path::new(&dir).join("memarts");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return Path::new(&home).join(".cache/memarts");
+    }
+    PathBuf::from(format!("/tmp/memarts-cache-{}", nix::unistd::getuid()))
+}
+
+impl FleetConfig {
+    /// Applies the environment variables this config knows, through `get` (so tests pass a map).
+    /// A malformed value is an error naming the variable, never a silent default.
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+        if let Some(v) = get("MEMARTS_RUN_DIR").filter(|v| !v.is_empty()) {
+            self.run_dir = v.into();
+        }
+        if let Some(v) = get("MEMARTS_CACHE_DIR").filter(|v| !v.is_empty()) {
+            self.cache_dir = v.into();
+        }
+        if let Some(v) = get("MEMARTS_CACHE_CAPACITY").filter(|v| !v.is_empty()) {
+            self.capacity = Some(parse_size(&v).map_err(|e| format!("MEMARTS_CACHE_CAPACITY: {e}"))?);
+        }
+        if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
+            self.origin.endpoint = Some(v);
+        }
+        if let Some(v) = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION")).filter(|v| !v.is_empty()) {
+            self.origin.region = Some(v);
+        }
+        if let Some(v) = get("AWS_ALLOW_HTTP").filter(|v| !v.is_empty()) {
+            self.origin.allow_http = parse_bool(&v).map_err(|e| format!("AWS_ALLOW_HTTP: {e}"))?;
+        }
+        Ok(())
+    }
+
+    /// Checks every field; the error names the field and says what is accepted.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.slots == 0 || self.slots > 256 {
+            return Err(format!("slots must be between 1 and 256, got {}", self.slots));
+        }
+        if !self.run_dir.is_absolute() {
+            return Err(format!("run_dir must be an absolute path, got {}", self.run_dir.display()));
+        }
+        if !self.cache_dir.is_absolute() {
+            return Err(format!("cache_dir must be an absolute path, got {}", self.cache_dir.display()));
+        }
+        if let Some(cap) = self.capacity {
+            if cap < (64 << 20) {
+                return Err(format!("capacity must be at least 64MiB, got {cap} bytes"));
+            }
+        }
+        self.engine_kind()?;
+        for (name, v) in [
+            ("meta_ttl_secs", self.meta_ttl_secs),
+            ("idle_timeout_secs", self.idle_timeout_secs),
+            ("io_timeout_secs", self.io_timeout_secs),
+            ("drain_timeout_secs", self.drain_timeout_secs),
+            ("origin.connect_timeout_secs", self.origin.connect_timeout_secs),
+            ("origin.first_byte_timeout_secs", self.origin.first_byte_timeout_secs),
+        ] {
+            if !(0.0..=1e7).contains(&v) {
+                return Err(format!("{name} must be a number of seconds >= 0, got {v}"));
+            }
+        }
+        if self.max_connections == 0 {
+            return Err("max_connections must be at least 1".into());
+        }
+        if self.origin.max_attempts == 0 {
+            return Err("origin.max_attempts must be at least 1".into());
+        }
+        if self.origin.min_throughput == 0 {
+            return Err("origin.min_throughput must be at least 1 byte/s".into());
+        }
+        Ok(())
+    }
+
+    pub fn engine_kind(&self) -> Result<EngineKind, String> {
+        self.io_engine.parse::<EngineKind>().map_err(|e| format!("io_engine: {e}"))
+    }
+
+    pub fn meta_ttl(&self) -> Duration {
+        Duration::from_secs_f64(self.meta_ttl_secs)
+    }
+
+    pub fn socket_path(&self, slot: u32) -> PathBuf {
+        socket_path(&self.run_dir, slot)
+    }
+
+    pub fn pid_path(&self, slot: u32) -> PathBuf {
+        self.run_dir.join(format!("proxy-{slot}.pid"))
+    }
+
+    pub fn log_path(&self, slot: u32) -> PathBuf {
+        self.run_dir.join(format!("proxy-{slot}.log"))
+    }
+
+    pub fn fleet_file(&self) -> PathBuf {
+        fleet_file(&self.run_dir)
+    }
+
+    /// Reads `fleet.json` as written by `memarts start_proxy`.
+    pub fn load(path: &Path) -> Result<FleetConfig, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let cfg: FleetConfig = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not a fleet config: {e}", path.display()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// A size given as a number of bytes or as a string like `"50GiB"`.
+fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Option::<Size>::deserialize(d)? {
+        None => Ok(None),
+        Some(Size::Bytes(n)) => Ok(Some(n)),
+        Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
+pub fn socket_path(run_dir: &Path, slot: u32) -> PathBuf {
+    run_dir.join(format!("proxy-{slot}.sock"))
+}
+
+pub fn fleet_file(run_dir: &Path) -> PathBuf {
+    run_dir.join("fleet.json")
+}
+
+/// `1/true/yes/on` or `0/false/no/off`, case-insensitive.
+pub fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("{v:?} is not a boolean (use 1 or 0)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn env_overrides_and_errors_name_the_variable() {
+        let env: HashMap<&str, &str> = [
+            ("MEMARTS_CACHE_DIR", "/cache/m"),
+            ("MEMARTS_CACHE_CAPACITY", "2GiB"),
+            ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_ALLOW_HTTP", "true"),
+        ]
+        .into();
+        let mut cfg = FleetConfig::default();
+        cfg.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        assert_eq!(cfg.cache_dir, PathBuf::from("/cache/m"));
+        assert_eq!(cfg.capacity, Some(2 << 30));
+        assert!(cfg.origin.allow_http);
+        assert_eq!(cfg.origin.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        cfg.validate().unwrap();
+
+        let err = FleetConfig::default()
+            .apply_env(|k| (k == "MEMARTS_CACHE_CAPACITY").then(|| "lots".to_string()))
+            .unwrap_err();
+        assert!(err.starts_with("MEMARTS_CACHE_CAPACITY"), "{err}");
+    }
+
+    #[test]
+    fn validate_rejects_nonsense() {
+        let cfg = FleetConfig { slots: 0, ..FleetConfig::default() };
+        assert!(cfg.validate().unwrap_err().contains("slots"));
+        let cfg = FleetConfig { io_engine: "fast".into(), ..FleetConfig::default() };
+        assert!(cfg.validate().unwrap_err().contains("io_engine"));
+        let cfg = FleetConfig { cache_dir: "rel".into(), ..FleetConfig::default() };
+        assert!(cfg.validate().unwrap_err().contains("cache_dir"));
+    }
+
+    #[test]
+    fn round_trips_through_json() {
+        let cfg = FleetConfig { slots: 4, capacity: Some(1 << 30), ..FleetConfig::default() };
+        let back: FleetConfig = serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
+        assert_eq!(back, cfg);
+    }
+}

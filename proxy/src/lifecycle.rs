@@ -1,0 +1,178 @@
+//! Process lifecycle of one slot: the run directory, the pid-file lock, the readiness message to
+//! `memarts start_proxy`, and signals (SIGTERM drains, SIGINT exits at once).
+//!
+//! Each slot holds an exclusive `flock` on `proxy-<slot>.pid` for its whole life. The kernel drops
+//! the lock when the process dies, even by `kill -9`, so `stop_proxy` can tell a stale pid file
+//! (lockable) from a live slot (locked) without trusting the pid inside it.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
+
+/// The one JSON line a slot writes to its stdout when it is ready (or has failed to become so).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub slot: u32,
+    pub pid: u32,
+    pub ready: bool,
+    /// Why the slot could not start.
+    pub error: Option<String>,
+    /// The I/O engine in use, and why it is not io_uring when it is not.
+    pub io_engine: Option<String>,
+    pub warning: Option<String>,
+}
+
+/// Creates the run dir 0700, or checks that an existing one is ours and closed to others.
+pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::metadata(dir)?;
+    let uid = nix::unistd::getuid().as_raw();
+    if meta.uid() != uid {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} belongs to uid {}, not to us (uid {uid})", dir.display(), meta.uid()),
+        ));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The held lock of a slot; dropping it (or dying) releases the slot.
+pub struct SlotLock {
+    _lock: Flock<File>,
+}
+
+/// Locks `proxy-<slot>.pid` and writes our pid into it; fails if a live proxy holds it.
+pub fn lock_slot(pid_path: &Path) -> io::Result<SlotLock> {
+    let file =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o600).open(pid_path)?;
+    let mut lock = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(file, errno)| {
+        if errno == nix::errno::Errno::EWOULDBLOCK {
+            let holder = std::fs::read_to_string(pid_path).unwrap_or_default();
+            drop(file);
+            io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("slot already running (pid {}) per {}", holder.trim(), pid_path.display()),
+            )
+        } else {
+            io::Error::from(errno)
+        }
+    })?;
+    lock.set_len(0)?;
+    writeln!(&mut *lock, "{}", std::process::id())?;
+    lock.sync_data()?;
+    Ok(SlotLock { _lock: lock })
+}
+
+/// Writes the readiness line to stdout, then points stdout at /dev/null so that a parent that has
+/// gone away can never make a later write fail.
+pub fn announce(readiness: &Readiness) {
+    let line = serde_json::to_string(readiness).unwrap_or_else(|_| "{}".into());
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+    drop(out);
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = nix::unistd::dup2_stdout(&null);
+    }
+}
+
+/// The whole life of a slot process: set up, announce readiness, serve, drain, exit.
+pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MEMARTS_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(io::stderr)
+        .init();
+    let pid = std::process::id();
+    let fail = |error: String| {
+        tracing::error!("slot {slot} failed to start: {error}");
+        announce(&Readiness { slot, pid, ready: false, error: Some(error), io_engine: None, warning: None });
+        ExitCode::FAILURE
+    };
+    let cfg = match crate::config::FleetConfig::load(fleet) {
+        Ok(cfg) => cfg,
+        Err(e) => return fail(e),
+    };
+    if slot >= cfg.slots {
+        return fail(format!("slot {slot} is out of range for a fleet of {}", cfg.slots));
+    }
+    if let Err(e) = ensure_private_dir(&cfg.run_dir) {
+        return fail(format!("run dir {}: {e}", cfg.run_dir.display()));
+    }
+    let _lock = match lock_slot(&cfg.pid_path(slot)) {
+        Ok(lock) => lock,
+        Err(e) => return fail(e.to_string()),
+    };
+    let socket = cfg.socket_path(slot);
+    // Bound before any runtime thread exists: the umask dance in bind_socket is process-wide.
+    let listener = match crate::server::bind_socket(&socket) {
+        Ok(l) => l,
+        Err(e) => return fail(format!("bind {}: {e}", socket.display())),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("tokio runtime: {e}")),
+    };
+    let code = runtime.block_on(async {
+        let listener = match tokio::net::UnixListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => return fail(format!("listener: {e}")),
+        };
+        let (cache, warning) = match crate::build_cache(&cfg, slot) {
+            Ok(c) => c,
+            Err(e) => return fail(e),
+        };
+        if let Some(w) = &warning {
+            tracing::warn!("{w}");
+        }
+        let io_engine = Some(cache.status().io_engine);
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        if let Err(e) = watch_signals(shutdown.clone(), socket.clone()) {
+            return fail(format!("signal handlers: {e}"));
+        }
+        tracing::info!("slot {slot}/{} ready on {} (pid {pid})", cfg.slots, socket.display());
+        announce(&Readiness { slot, pid, ready: true, error: None, io_engine, warning });
+        crate::serve(&cfg, slot, cache, listener, shutdown).await;
+        ExitCode::SUCCESS
+    });
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("slot {slot} stopped");
+    code
+}
+
+/// SIGTERM: stop accepting, drain in-flight requests, exit. SIGINT: remove the socket and exit now.
+fn watch_signals(
+    shutdown: tokio_util::sync::CancellationToken,
+    socket: std::path::PathBuf,
+) -> io::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM: draining");
+                shutdown.cancel();
+            }
+            _ = int.recv() => {
+                tracing::info!("SIGINT: exiting now");
+                let _ = std::fs::remove_file(&socket);
+                std::process::exit(130);
+            }
+        }
+    });
+    Ok(())
+}

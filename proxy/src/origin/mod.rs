@@ -1,0 +1,314 @@
+//! The origin: where the truth lives. One `object_store` client per S3 bucket on the configured
+//! endpoint, the local file system for plain paths, and the policies every request goes through:
+//! `If-Match` on every ranged GET, a check that exactly the requested bytes came back, deadlines sized
+//! for the request and retries (see [`retry`]).
+//!
+//! Credentials come from the standard `AWS_*` environment (one explicit `from_env()`), never from a
+//! client. Without an access key the client signs nothing, rather than probing a cloud metadata
+//! service that does not exist on a training node.
+
+mod error;
+pub mod retry;
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use futures::TryStreamExt;
+use memarts_protocol::{ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, OriginKind};
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig};
+
+pub use error::OriginError;
+use retry::RetryPolicy;
+
+use crate::config::OriginConfig;
+
+/// Counters the origin keeps for `memarts status`.
+#[derive(Debug, Default)]
+pub struct OriginStats {
+    pub requests: AtomicU64,
+    pub retries: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// Access to every origin a URL can name.
+pub struct Origin {
+    cfg: OriginConfig,
+    policy: RetryPolicy,
+    buckets: DashMap<String, Arc<dyn ObjectStore>>,
+    local: Arc<dyn ObjectStore>,
+    /// S3 credentials taken from the environment at start; `None` means unsigned requests.
+    credentials: Option<S3Credentials>,
+    pub stats: OriginStats,
+}
+
+#[derive(Clone)]
+struct S3Credentials {
+    key_id: String,
+    secret: String,
+    token: Option<String>,
+}
+
+impl Origin {
+    /// Builds the origin, reading S3 credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
+    /// `AWS_SESSION_TOKEN`.
+    pub fn from_env(cfg: OriginConfig) -> Origin {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let credentials = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
+            (Some(key_id), Some(secret)) => {
+                Some(S3Credentials { key_id, secret, token: var("AWS_SESSION_TOKEN") })
+            }
+            _ => None,
+        };
+        Self::new(cfg, credentials.map(|c| (c.key_id, c.secret, c.token)))
+    }
+
+    /// Builds the origin with explicit credentials (`key id, secret, session token`).
+    pub fn new(cfg: OriginConfig, credentials: Option<(String, String, Option<String>)>) -> Origin {
+        Origin {
+            policy: RetryPolicy::from_config(&cfg),
+            cfg,
+            buckets: DashMap::new(),
+            local: Arc::new(LocalFileSystem::new()),
+            credentials: credentials.map(|(key_id, secret, token)| S3Credentials { key_id, secret, token }),
+            stats: OriginStats::default(),
+        }
+    }
+
+    /// Uses `store` for `bucket` instead of building an S3 client (tests: `InMemory`, fault injectors).
+    pub fn with_bucket_store(self, bucket: &str, store: Arc<dyn ObjectStore>) -> Origin {
+        self.buckets.insert(bucket.to_string(), store);
+        self
+    }
+
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    fn store_for(&self, url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, OriginError> {
+        match url.kind {
+            OriginKind::Local => Ok(self.local.clone()),
+            OriginKind::S3 => {
+                if let Some(store) = self.buckets.get(&url.bucket) {
+                    return Ok(store.clone());
+                }
+                let store = self.build_s3(&url.bucket)?;
+                Ok(self.buckets.entry(url.bucket.clone()).or_insert(store).clone())
+            }
+        }
+    }
+
+    fn build_s3(&self, bucket: &str) -> Result<Arc<dyn ObjectStore>, OriginError> {
+        let client = ClientOptions::new()
+            .with_connect_timeout(Duration::from_secs_f64(self.cfg.connect_timeout_secs))
+            // Our per-request deadline (retry::RetryPolicy) bounds each attempt by its size; this
+            // one only has to be longer than any of them.
+            .with_timeout(Duration::from_secs(24 * 3600))
+            .with_allow_http(self.cfg.allow_http);
+        let mut b = AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_region(self.cfg.region.clone().unwrap_or_else(|| "us-east-1".into()))
+            .with_virtual_hosted_style_request(self.cfg.virtual_hosted_style)
+            .with_allow_http(self.cfg.allow_http)
+            .with_client_options(client)
+            .with_retry(RetryConfig { max_retries: 0, ..RetryConfig::default() });
+        if let Some(endpoint) = &self.cfg.endpoint {
+            b = b.with_endpoint(endpoint);
+        }
+        match &self.credentials {
+            Some(c) => {
+                b = b.with_access_key_id(&c.key_id).with_secret_access_key(&c.secret);
+                if let Some(t) = &c.token {
+                    b = b.with_token(t);
+                }
+            }
+            None => b = b.with_skip_signature(true),
+        }
+        let store = b
+            .build()
+            .map_err(|e| OriginError::BadRequest(format!("S3 client for bucket {bucket:?}: {e}")))?;
+        Ok(Arc::new(store))
+    }
+
+    fn path_of(url: &ObjectUrl) -> Result<Path, OriginError> {
+        let key = match url.kind {
+            OriginKind::Local => url.key.trim_start_matches('/'),
+            OriginKind::S3 => url.key.as_str(),
+        };
+        Path::parse(key).map_err(|e| OriginError::BadRequest(format!("key {key:?}: {e}")))
+    }
+
+    /// Metadata of the current version of `url` (a HEAD request).
+    pub async fn head(&self, url: &ObjectUrl) -> Result<ObjectMeta, OriginError> {
+        let store = self.store_for(url)?;
+        let path = Self::path_of(url)?;
+        let meta = self
+            .policy
+            .run(
+                0,
+                || self.count_retry(),
+                || async {
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    store.head(&path).await.map_err(OriginError::from_store)
+                },
+            )
+            .await?;
+        Ok(to_meta(&meta))
+    }
+
+    /// Exactly the bytes `range` of the version `etag` of `url`. A different version is `Stale`; a
+    /// short, long or misplaced body is retried and never returned.
+    pub async fn get_range(
+        &self,
+        url: &ObjectUrl,
+        range: Range<u64>,
+        etag: &str,
+    ) -> Result<Bytes, OriginError> {
+        let store = self.store_for(url)?;
+        let path = Self::path_of(url)?;
+        let want = range.end - range.start;
+        self.policy
+            .run(
+                want,
+                || self.count_retry(),
+                || async {
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    let opts = GetOptions {
+                        if_match: Some(etag.to_string()),
+                        range: Some(GetRange::Bounded(range.clone())),
+                        ..GetOptions::default()
+                    };
+                    let res = store.get_opts(&path, opts).await.map_err(OriginError::from_store)?;
+                    if let Some(got) = res.meta.e_tag.as_deref() {
+                        // Servers that ignore If-Match still report the version they served.
+                        if got != etag {
+                            return Err(OriginError::Stale(format!("{url}: ETag {got} instead of {etag}")));
+                        }
+                    }
+                    if res.range != range {
+                        return Err(OriginError::Malformed(format!(
+                            "{url}: asked for bytes {range:?}, the origin answered {:?}",
+                            res.range
+                        )));
+                    }
+                    let bytes = res.bytes().await.map_err(OriginError::from_store)?;
+                    if bytes.len() as u64 != want {
+                        return Err(OriginError::Malformed(format!(
+                            "{url}: body of {} bytes for a range of {want}",
+                            bytes.len()
+                        )));
+                    }
+                    self.stats.bytes.fetch_add(want, Ordering::Relaxed);
+                    Ok(bytes)
+                },
+            )
+            .await
+    }
+
+    /// One page of a listing. Non-recursive listings report common prefixes as directories.
+    pub async fn list(&self, req: &ListRequest) -> Result<ListPage, OriginError> {
+        let url = ObjectUrl::parse(&req.url).map_err(|e| OriginError::BadRequest(e.to_string()))?;
+        let store = self.store_for(&url)?;
+        let prefix = Self::path_of(&url)?;
+        let prefix = (!prefix.as_ref().is_empty()).then_some(prefix);
+        let max = req.max_entries.clamp(1, 10_000) as usize;
+        let entry_url = |p: &Path| match url.kind {
+            OriginKind::Local => format!("/{p}"),
+            OriginKind::S3 => format!("s3://{}/{p}", url.bucket),
+        };
+        let mut entries: Vec<ListEntry> = self
+            .policy
+            .run(
+                0,
+                || self.count_retry(),
+                || async {
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    if req.recursive {
+                        let stream = match &req.start_after {
+                            Some(after) => {
+                                let after = ObjectUrl::parse(after)
+                                    .map_err(|e| OriginError::BadRequest(e.to_string()))?;
+                                store.list_with_offset(prefix.as_ref(), &Self::path_of(&after)?)
+                            }
+                            None => store.list(prefix.as_ref()),
+                        };
+                        let metas: Vec<_> = stream.take_n(max + 1).await.map_err(OriginError::from_store)?;
+                        Ok(metas.iter().map(|m| entry(entry_url(&m.location), m)).collect())
+                    } else {
+                        let res = store
+                            .list_with_delimiter(prefix.as_ref())
+                            .await
+                            .map_err(OriginError::from_store)?;
+                        let dirs = res.common_prefixes.iter().map(|p| ListEntry {
+                            url: entry_url(p),
+                            is_dir: true,
+                            size: 0,
+                            etag: None,
+                            last_modified_ms: 0,
+                        });
+                        let files = res.objects.iter().map(|m| entry(entry_url(&m.location), m));
+                        let mut all: Vec<ListEntry> = dirs.chain(files).collect();
+                        all.sort_by(|a, b| a.url.cmp(&b.url));
+                        if let Some(after) = &req.start_after {
+                            all.retain(|e| e.url.as_str() > after.as_str());
+                        }
+                        all.truncate(max + 1);
+                        Ok(all)
+                    }
+                },
+            )
+            .await?;
+        let next = if entries.len() > max {
+            entries.truncate(max);
+            entries.last().map(|e| e.url.clone())
+        } else {
+            None
+        };
+        Ok(ListPage { entries, next })
+    }
+
+    fn count_retry(&self) {
+        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn entry(url: String, m: &object_store::ObjectMeta) -> ListEntry {
+    ListEntry {
+        url,
+        is_dir: false,
+        size: m.size,
+        etag: m.e_tag.clone(),
+        last_modified_ms: m.last_modified.timestamp_millis(),
+    }
+}
+
+fn to_meta(m: &object_store::ObjectMeta) -> ObjectMeta {
+    ObjectMeta {
+        size: m.size,
+        etag: m.e_tag.clone(),
+        version: m.version.clone(),
+        last_modified_ms: m.last_modified.timestamp_millis(),
+    }
+}
+
+/// Collects at most `n` items of a fallible stream.
+trait TakeN<T> {
+    async fn take_n(self, n: usize) -> Result<Vec<T>, object_store::Error>;
+}
+
+impl<T, S> TakeN<T> for S
+where
+    S: futures::Stream<Item = Result<T, object_store::Error>> + Unpin + Send,
+{
+    async fn take_n(self, n: usize) -> Result<Vec<T>, object_store::Error> {
+        self.take(n).try_collect().await
+    }
+}
+
+use futures::StreamExt;

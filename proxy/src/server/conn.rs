@@ -1,0 +1,201 @@
+//! One client connection: peer-credential check, handshake, then one request and one response at a
+//! time until the client leaves, idles out, misbehaves, or the slot drains.
+
+use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use memarts_protocol::{
+    frame, ChunkBody, ChunkReply, ErrorCode, FrameError, Limits, Request, Response, Welcome, WireError,
+    PROTOCOL_VERSION,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio_util::sync::CancellationToken;
+
+use super::fdpass::send_with_fd;
+use crate::cache::{Cache, ChunkOutcome};
+
+/// Settings every connection of a slot shares.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    pub slot: u32,
+    pub slots: u32,
+    pub allowed_uids: Vec<u32>,
+    pub idle_timeout: Duration,
+    pub io_timeout: Duration,
+}
+
+/// Why a connection ended abnormally (logged at debug level; the client already got a typed error
+/// where one could be sent).
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("{0}")]
+    Frame(#[from] FrameError),
+    #[error("timed out {0}")]
+    Timeout(&'static str),
+    #[error("refused: {0}")]
+    Refused(String),
+}
+
+pub async fn serve(
+    mut stream: UnixStream,
+    cache: Arc<Cache>,
+    settings: Arc<ConnSettings>,
+    drain: CancellationToken,
+) {
+    cache.stats.connections.fetch_add(1, Ordering::Relaxed);
+    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain).await {
+        tracing::debug!("connection closed: {e}");
+    }
+    cache.stats.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+async fn serve_inner(
+    stream: &mut UnixStream,
+    cache: &Arc<Cache>,
+    settings: &ConnSettings,
+    drain: &CancellationToken,
+) -> Result<(), ConnError> {
+    // S1: the peer's uid is checked before a single byte of it is read.
+    let uid = stream.peer_cred().map_err(FrameError::Io)?.uid();
+    if uid != nix::unistd::getuid().as_raw() && !settings.allowed_uids.contains(&uid) {
+        let err = WireError::new(ErrorCode::PermissionDenied, format!("uid {uid} may not use this proxy"));
+        let _ = send(stream, &Response::Error(err), settings).await;
+        return Err(ConnError::Refused(format!("uid {uid}")));
+    }
+
+    match read_request(stream, settings, settings.io_timeout).await? {
+        Request::Hello(h) if h.protocol_version == PROTOCOL_VERSION => {
+            let welcome = Welcome {
+                protocol_version: PROTOCOL_VERSION,
+                slot: settings.slot,
+                slots: settings.slots,
+                server: concat!("memarts-proxy/", env!("CARGO_PKG_VERSION")).into(),
+            };
+            send(stream, &Response::Welcome(welcome), settings).await?;
+        }
+        Request::Hello(h) => {
+            let message = format!(
+                "client speaks protocol {}, this proxy speaks {PROTOCOL_VERSION}; upgrade the older side",
+                h.protocol_version
+            );
+            let _ = send(stream, &Response::Incompatible { supported: PROTOCOL_VERSION, message }, settings)
+                .await;
+            return Err(ConnError::Refused("incompatible protocol".into()));
+        }
+        _ => return refuse(stream, settings, "the first frame must be Hello").await,
+    }
+
+    loop {
+        // Between requests: wait for the next one, unless the slot is draining or the client idles.
+        tokio::select! {
+            _ = drain.cancelled() => return Ok(()),
+            ready = tokio::time::timeout(settings.idle_timeout, stream.readable()) => match ready {
+                Ok(r) => r.map_err(FrameError::Io)?,
+                Err(_) => return Err(ConnError::Timeout("idle")),
+            },
+        }
+        let request = match read_request(stream, settings, settings.io_timeout).await {
+            Ok(r) => r,
+            Err(ConnError::Frame(FrameError::Closed)) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        cache.stats.requests.fetch_add(1, Ordering::Relaxed);
+        match request {
+            Request::Hello(_) => return refuse(stream, settings, "Hello may only be sent once").await,
+            Request::Stat { url, refresh } => {
+                let reply = cache.stat(&url, refresh).await.map_or_else(Response::Error, Response::Stat);
+                send(stream, &reply, settings).await?;
+            }
+            Request::ReadChunk(req) => match cache.read_chunk(&req).await {
+                Ok(ChunkOutcome::Fd(chunk)) => {
+                    let reply = Response::Chunk(ChunkReply {
+                        len: chunk.len,
+                        crc32c: chunk.crc32c,
+                        body: ChunkBody::Fd { offset: chunk.data_offset },
+                        from_cache: true,
+                    });
+                    let bytes = frame::encode(&reply, 0)?;
+                    with_timeout(
+                        settings,
+                        "sending a reply",
+                        send_with_fd(stream, &bytes, chunk.file.as_fd()),
+                    )
+                    .await?;
+                }
+                Ok(ChunkOutcome::Bytes { data, crc32c, from_cache }) => {
+                    let reply = Response::Chunk(ChunkReply {
+                        len: data.len() as u64,
+                        crc32c,
+                        body: ChunkBody::Inline,
+                        from_cache,
+                    });
+                    let head = frame::encode(&reply, data.len())?;
+                    with_timeout(settings, "sending a reply", async {
+                        stream.write_all(&head).await?;
+                        stream.write_all(&data).await
+                    })
+                    .await?;
+                }
+                Err(e) => send(stream, &Response::Error(e), settings).await?,
+            },
+            Request::List(req) => {
+                let reply = cache.list(&req).await.map_or_else(Response::Error, Response::List);
+                send(stream, &reply, settings).await?;
+            }
+            Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
+        }
+    }
+}
+
+/// Reads one request; a frame with a payload (no request of this version has one), a malformed frame
+/// or an oversized one gets a typed `BadRequest` before the connection closes.
+async fn read_request(
+    stream: &mut UnixStream,
+    settings: &ConnSettings,
+    limit: Duration,
+) -> Result<Request, ConnError> {
+    let read = tokio::time::timeout(limit, frame::read_async::<Request, _>(stream, Limits::REQUEST)).await;
+    match read {
+        Err(_) => {
+            let _ = refuse::<()>(stream, settings, "the request frame did not arrive in time").await;
+            Err(ConnError::Timeout("reading a request"))
+        }
+        Ok(Ok((head, _))) if head.payload_len > 0 => {
+            refuse(stream, settings, "this request takes no payload").await
+        }
+        Ok(Ok((_, req))) => Ok(req),
+        Ok(Err(e @ (FrameError::TooLarge { .. } | FrameError::Decode(_)))) => {
+            let _ = refuse::<()>(stream, settings, &e.to_string()).await;
+            Err(e.into())
+        }
+        Ok(Err(e)) => Err(e.into()),
+    }
+}
+
+async fn refuse<T>(stream: &mut UnixStream, settings: &ConnSettings, why: &str) -> Result<T, ConnError> {
+    let _ = send(stream, &Response::Error(WireError::new(ErrorCode::BadRequest, why)), settings).await;
+    Err(ConnError::Refused(why.to_string()))
+}
+
+async fn send(
+    stream: &mut UnixStream,
+    response: &Response,
+    settings: &ConnSettings,
+) -> Result<(), ConnError> {
+    let bytes = frame::encode(response, 0)?;
+    with_timeout(settings, "sending a reply", stream.write_all(&bytes)).await
+}
+
+async fn with_timeout(
+    settings: &ConnSettings,
+    what: &'static str,
+    fut: impl std::future::Future<Output = std::io::Result<()>>,
+) -> Result<(), ConnError> {
+    match tokio::time::timeout(settings.io_timeout, fut).await {
+        Ok(r) => r.map_err(|e| ConnError::Frame(e.into())),
+        Err(_) => Err(ConnError::Timeout(what)),
+    }
+}

@@ -1,0 +1,36 @@
+//! Sending a frame with a file descriptor attached (`SCM_RIGHTS`), on a tokio Unix stream.
+//!
+//! The descriptor rides on the first byte of the frame; the client's first `recvmsg` of the frame
+//! head collects it. Linux never merges a stream read across a boundary where ancillary data
+//! starts, so the descriptor cannot be picked up by the wrong frame.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+use tokio::io::{AsyncWriteExt, Interest};
+use tokio::net::UnixStream;
+
+/// Writes all of `frame`, passing `fd` with its first byte.
+pub async fn send_with_fd(stream: &mut UnixStream, frame: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    let sock = stream.as_raw_fd();
+    let sent = loop {
+        stream.writable().await?;
+        let attempt = stream.try_io(Interest::WRITABLE, || {
+            let fds = [raw];
+            let cmsg = [ControlMessage::ScmRights(&fds)];
+            sendmsg::<()>(sock, &[IoSlice::new(frame)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)
+                .map_err(io::Error::from)
+        });
+        match attempt {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    if sent < frame.len() {
+        stream.write_all(&frame[sent..]).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,127 @@
+//! A real fleet for a test: `memarts start_proxy` in a private run dir and cache dir, proxies as real
+//! processes, stopped (and checked) when the test ends.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use memarts_shim::{Client, ShimConfig};
+
+use super::moto::{moto, target_dir};
+
+pub struct Fleet {
+    pub dir: tempfile::TempDir,
+    pub run_dir: PathBuf,
+    pub cache_dir: PathBuf,
+    pub extra_env: Vec<(String, String)>,
+}
+
+pub fn memarts_bin() -> PathBuf {
+    let p = target_dir().join("memarts");
+    assert!(p.exists(), "{} is missing: build the binaries first (`cargo build --bins`)", p.display());
+    p
+}
+
+impl Fleet {
+    /// A fleet of `n` slots reaching the shared moto server, with `env` on top.
+    pub fn start(n: u32, env: &[(&str, &str)]) -> Fleet {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fleet = Fleet {
+            run_dir: dir.path().join("run"),
+            cache_dir: dir.path().join("cache"),
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            dir,
+        };
+        fleet.start_proxy(n);
+        fleet
+    }
+
+    /// Runs a `memarts` subcommand with this fleet's dirs and environment.
+    pub fn memarts(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(memarts_bin());
+        cmd.args(args)
+            .env("MEMARTS_RUN_DIR", &self.run_dir)
+            .env("MEMARTS_CACHE_DIR", &self.cache_dir)
+            .env("MEMARTS_LOG", "info,memarts_proxy=debug")
+            .envs(moto().env())
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        cmd.output().expect("run memarts")
+    }
+
+    pub fn start_proxy(&self, n: u32) {
+        let out = self.memarts(&["start_proxy", &n.to_string()]);
+        assert!(out.status.success(), "start_proxy {n} failed:\n{}{}", text(&out.stdout), text(&out.stderr));
+    }
+
+    pub fn stop_proxy(&self) -> Output {
+        let out = self.memarts(&["stop_proxy", "--grace", "10"]);
+        assert!(out.status.success(), "stop_proxy failed:\n{}{}", text(&out.stdout), text(&out.stderr));
+        out
+    }
+
+    /// The recovery script of `ops/scripts/`: stop, then start with the same N and options.
+    pub fn recover(&self, n: u32) {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ops/scripts/memarts-recover.sh");
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(n.to_string())
+            .env("MEMARTS_BIN", memarts_bin())
+            .env("MEMARTS_RUN_DIR", &self.run_dir)
+            .env("MEMARTS_CACHE_DIR", &self.cache_dir)
+            .envs(moto().env())
+            .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("run recovery script");
+        assert!(out.status.success(), "recovery failed:\n{}{}", text(&out.stdout), text(&out.stderr));
+    }
+
+    pub fn client(&self, chunk_size: u64) -> Client {
+        Client::new(ShimConfig {
+            run_dir: self.run_dir.clone(),
+            chunk_size,
+            parallel: 8,
+            deadline: Duration::from_secs(30),
+        })
+        .expect("client")
+    }
+
+    pub fn status(&self) -> serde_json::Value {
+        let out = self.memarts(&["status", "--json"]);
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("status --json: {e}: {}", text(&out.stdout)))
+    }
+
+    /// Sum of a numeric field over all slots of `status --json`.
+    pub fn total(&self, field: &str) -> u64 {
+        self.status()["slots"].as_array().unwrap().iter().filter_map(|s| s[field].as_u64()).sum()
+    }
+
+    pub fn pid(&self, slot: u32) -> i32 {
+        let text = std::fs::read_to_string(self.run_dir.join(format!("proxy-{slot}.pid"))).expect("pid file");
+        text.trim().parse().expect("pid")
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.memarts(&["stop_proxy", "--grace", "5"]);
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Deterministic pseudo-random bytes for (seed, len): every test verifies against these.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}

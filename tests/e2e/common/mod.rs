@@ -1,0 +1,7 @@
+//! Shared helpers of the end-to-end tests.
+
+pub mod fleet;
+pub mod moto;
+
+pub use fleet::{pattern, text, Fleet};
+pub use moto::moto;

@@ -1,0 +1,10 @@
+//! End-to-end tests: a real S3-protocol server (moto) on loopback, real `memarts-proxy` processes
+//! started by the real `memarts` CLI, real Unix sockets, and the real shim.
+
+mod common;
+
+mod cache_hits;
+mod consistency;
+mod protocol_abuse;
+mod reads;
+mod restart;

@@ -1,0 +1,186 @@
+//! The cache survives restarts (same or different N, clean stop or kill -9), and the lifecycle
+//! commands clean up after crashes.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::common::{moto, pattern, text, Fleet};
+
+const CS: u64 = 64 << 10;
+
+#[test]
+fn restart_with_same_and_different_n_keeps_the_cache_warm() {
+    let bucket = moto().bucket("restart");
+    let objects: Vec<Vec<u8>> = (0..6).map(|i| pattern(10 + i, 5 * CS as usize + i as usize)).collect();
+    for (i, o) in objects.iter().enumerate() {
+        moto().put(&bucket, &format!("o{i}"), o);
+    }
+    let fleet = Fleet::start(4, &[]);
+    let read_all = |fleet: &Fleet| {
+        let client = fleet.client(CS);
+        for (i, o) in objects.iter().enumerate() {
+            assert!(client.read(&format!("s3://{bucket}/o{i}")).unwrap() == *o, "object {i} differs");
+        }
+    };
+    read_all(&fleet);
+    let cold = moto().gets_settled(&bucket);
+    assert_eq!(cold, 36);
+    for n in [4, 3, 1, 6] {
+        fleet.stop_proxy();
+        assert!(!fleet.run_dir.join("proxy-0.sock").exists(), "stop_proxy left a socket");
+        fleet.start_proxy(n);
+        read_all(&fleet);
+        assert_eq!(moto().gets_settled(&bucket), cold, "restart with N={n} re-fetched cached chunks");
+    }
+}
+
+#[test]
+fn kill_9_of_a_slot_during_reads_then_recovery_loses_no_read() {
+    let bucket = moto().bucket("kill");
+    let objects: Arc<Vec<Vec<u8>>> =
+        Arc::new((0..8).map(|i| pattern(20 + i, 9 * CS as usize + 11)).collect());
+    for (i, o) in objects.iter().enumerate() {
+        moto().put(&bucket, &format!("o{i}"), o);
+    }
+    let fleet = Fleet::start(3, &[]);
+    let client = Arc::new(fleet.client(CS));
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let readers: Vec<_> = (0..8)
+        .map(|r| {
+            let (client, objects, stop, reads, bucket) =
+                (client.clone(), objects.clone(), stop.clone(), reads.clone(), bucket.clone());
+            std::thread::spawn(move || {
+                let mut i = r;
+                while !stop.load(Ordering::Relaxed) {
+                    let k = i % objects.len();
+                    let got = client
+                        .read(&format!("s3://{bucket}/o{k}"))
+                        .unwrap_or_else(|e| panic!("read o{k}: {e}"));
+                    assert!(got == objects[k], "object {k} differs");
+                    reads.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    kill(Pid::from_raw(fleet.pid(1)), Signal::SIGKILL).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    fleet.recover(3);
+    let at_recovery = reads.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, Ordering::Relaxed);
+    for r in readers {
+        r.join().expect("a reader failed");
+    }
+    assert!(reads.load(Ordering::Relaxed) > at_recovery, "reads made progress after recovery");
+}
+
+#[test]
+fn stop_proxy_after_kill_9_of_the_whole_fleet_cleans_up_and_start_works() {
+    let bucket = moto().bucket("crash");
+    let want = pattern(30, 3 * CS as usize);
+    moto().put(&bucket, "x", &want);
+    let fleet = Fleet::start(3, &[]);
+    assert_eq!(fleet.client(CS).read(&format!("s3://{bucket}/x")).unwrap(), want);
+    for slot in 0..3 {
+        kill(Pid::from_raw(fleet.pid(slot)), Signal::SIGKILL).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    // A start over the wreck must work: stale files are not a live fleet.
+    let out = fleet.stop_proxy();
+    assert!(text(&out.stdout).contains("stopped 0 proxies"), "{}", text(&out.stdout));
+    let leftovers: Vec<_> = std::fs::read_dir(&fleet.run_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sock") || n.ends_with(".pid"))
+        .collect();
+    assert!(leftovers.is_empty(), "stop_proxy left {leftovers:?}");
+    // stop is idempotent.
+    fleet.stop_proxy();
+    fleet.start_proxy(2);
+    assert_eq!(fleet.client(CS).read(&format!("s3://{bucket}/x")).unwrap(), want);
+}
+
+#[test]
+fn start_proxy_refuses_a_live_fleet_and_status_reports_every_slot() {
+    let fleet = Fleet::start(2, &[]);
+    let out = fleet.memarts(&["start_proxy", "2"]);
+    assert!(!out.status.success(), "a second start_proxy over a live fleet succeeded");
+    assert!(text(&out.stderr).contains("already running"), "{}", text(&out.stderr));
+    let status = fleet.status();
+    let slots = status["slots"].as_array().unwrap();
+    assert_eq!(slots.len(), 2);
+    for (i, s) in slots.iter().enumerate() {
+        assert_eq!(s["slot"], i as u64);
+        assert_eq!(s["alive"], true);
+        assert!(s["pid"].as_u64().unwrap() > 0);
+        for field in [
+            "uptime_s",
+            "connections",
+            "hits",
+            "misses",
+            "bytes_from_cache",
+            "bytes_from_origin",
+            "cache_bytes_used",
+            "cache_capacity",
+        ] {
+            assert!(!s[field].is_null(), "status lacks {field}");
+        }
+    }
+    kill(Pid::from_raw(fleet.pid(0)), Signal::SIGKILL).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let out = fleet.memarts(&["status", "--json"]);
+    assert!(!out.status.success(), "status exits non-zero when a slot is down");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["slots"][0]["alive"], false);
+    assert_eq!(v["slots"][1]["alive"], true);
+}
+
+#[test]
+fn a_slot_that_is_down_is_retried_until_it_is_back() {
+    let bucket = moto().bucket("down");
+    let want = pattern(40, 4 * CS as usize);
+    moto().put(&bucket, "y", &want);
+    let fleet = Fleet::start(1, &[]);
+    let client = fleet.client(CS);
+    let url = format!("s3://{bucket}/y");
+    assert_eq!(client.read(&url).unwrap(), want);
+    fleet.stop_proxy();
+    let restarter = {
+        let (run, cache) = (fleet.run_dir.clone(), fleet.cache_dir.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let out = std::process::Command::new(crate::common::fleet::memarts_bin())
+                .args(["start_proxy", "1"])
+                .env("MEMARTS_RUN_DIR", run)
+                .env("MEMARTS_CACHE_DIR", cache)
+                .envs(moto().env())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+        })
+    };
+    let started = std::time::Instant::now();
+    assert_eq!(client.read(&url).unwrap(), want, "the read waits for the slot to come back");
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    restarter.join().unwrap();
+
+    // With a short deadline and no fleet, the call fails in time with a typed error.
+    let short = memarts_shim::Client::new(memarts_shim::ShimConfig {
+        deadline: Duration::from_millis(800),
+        ..fleet.client(CS).config().clone()
+    })
+    .unwrap();
+    fleet.stop_proxy();
+    let started = std::time::Instant::now();
+    let err = short.read(&url).unwrap_err();
+    assert!(matches!(err, memarts_shim::Error::Unavailable(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3), "the deadline was not kept: {:?}", started.elapsed());
+}
