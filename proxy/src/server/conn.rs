@@ -63,6 +63,7 @@ async fn serve_inner(
     if uid != nix::unistd::getuid().as_raw() && !settings.allowed_uids.contains(&uid) {
         let err = WireError::new(ErrorCode::PermissionDenied, format!("uid {uid} may not use this proxy"));
         let _ = send(stream, &Response::Error(err), settings).await;
+        linger_close(stream).await;
         return Err(ConnError::Refused(format!("uid {uid}")));
     }
 
@@ -177,7 +178,25 @@ async fn read_request(
 
 async fn refuse<T>(stream: &mut UnixStream, settings: &ConnSettings, why: &str) -> Result<T, ConnError> {
     let _ = send(stream, &Response::Error(WireError::new(ErrorCode::BadRequest, why)), settings).await;
+    linger_close(stream).await;
     Err(ConnError::Refused(why.to_string()))
+}
+
+/// Before closing on a client we refused: stop writing, then discard (never parse) what it may still
+/// be sending, briefly and boundedly. Closing a Unix socket with unread input resets the peer, which
+/// would make it lose the typed error we just sent.
+async fn linger_close(stream: &mut UnixStream) {
+    use tokio::io::AsyncReadExt;
+    let _ = stream.shutdown().await;
+    let mut sink = [0u8; 4096];
+    let mut budget = 64usize << 10;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+    while budget > 0 {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => budget = budget.saturating_sub(n),
+            _ => return,
+        }
+    }
 }
 
 async fn send(
