@@ -144,6 +144,7 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
         println!("memarts: no fleet in {} (nothing to stop)", run_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
+    let cleaned = clean_stale(run_dir)?;
     let mut live = Vec::new();
     for (slot, path) in pid_files(run_dir)? {
         if let Probe::Live(pid) = probe(&path) {
@@ -168,13 +169,13 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
         }
         let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
     }
-    let cleaned = clean_stale(run_dir)?;
+    clean_stale(run_dir)?;
     let _ = std::fs::remove_file(cfg.fleet_file());
     println!(
         "memarts: stopped {} proxies{}{}",
         live.len(),
         if orphans.is_empty() { String::new() } else { format!(", {} orphaned", orphans.len()) },
-        if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files") },
+        if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files of dead proxies") },
     );
     Ok(ExitCode::SUCCESS)
 }

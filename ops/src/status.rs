@@ -81,22 +81,23 @@ fn print_table(slots: &[Value], totals: &Value) {
         "cache used"
     );
     for s in slots {
+        let v = |k: &str| s[k].to_string();
         if s["alive"].as_bool() == Some(true) {
             println!(
                 "{:>4} {:>8} {:>6} {:>8.0}s {:>5} {:>9} {:>9} {:>11} {:>11} {:>11}",
-                s["slot"],
-                s["pid"],
+                v("slot"),
+                v("pid"),
                 "yes",
                 s["uptime_s"].as_f64().unwrap_or(0.0),
-                s["connections"],
-                s["hits"],
-                s["misses"],
+                v("connections"),
+                v("hits"),
+                v("misses"),
                 format_size(s["bytes_from_cache"].as_u64().unwrap_or(0)),
                 format_size(s["bytes_from_origin"].as_u64().unwrap_or(0)),
                 format_size(s["cache_bytes_used"].as_u64().unwrap_or(0)),
             );
         } else {
-            println!("{:>4} {:>8} {:>6}  {}", s["slot"], s["pid"], "NO", s["error"].as_str().unwrap_or(""));
+            println!("{:>4} {:>8} {:>6}  {}", v("slot"), v("pid"), "NO", s["error"].as_str().unwrap_or(""));
         }
     }
     let (hits, misses) = (totals["hits"].as_u64().unwrap_or(0), totals["misses"].as_u64().unwrap_or(0));

@@ -1,0 +1,187 @@
+//! `make bench`: the fleet measured against its physical limits, side by side in one run.
+//!
+//! - warm: reading objects through a fleet whose cache holds them, against reading the same bytes
+//!   from local files in the page cache (the limit for a hit). Fresh buffers on both sides
+//!   (`Client::read` vs `std::fs::read`), and reused buffers on both sides (`read_into` vs `read_exact`).
+//! - cold: the first read through an empty fleet from a real S3-protocol server (moto on loopback),
+//!   against a direct parallel ranged-GET read of the same object (object_store, same chunk size and
+//!   concurrency), the limit for a miss.
+//!
+//! Results: a table on stdout and `tests/bench/results/latest.json` with a `ratios` object. Nothing
+//! here asserts a timing; the goals are reported next to the measurements.
+
+#[path = "../e2e/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use common::{moto, pattern, Fleet};
+use futures::StreamExt;
+use object_store::ObjectStore;
+
+const MIB: usize = 1 << 20;
+
+/// Best throughput (bytes/s) of `rounds` rounds, each running `f` until `min_time` has passed.
+fn best_rate(bytes_per_call: usize, rounds: usize, min_time: Duration, mut f: impl FnMut()) -> f64 {
+    let mut best = 0.0f64;
+    for _ in 0..rounds {
+        let start = Instant::now();
+        let mut calls = 0usize;
+        while calls == 0 || start.elapsed() < min_time {
+            f();
+            calls += 1;
+        }
+        best = best.max((bytes_per_call * calls) as f64 / start.elapsed().as_secs_f64());
+    }
+    best
+}
+
+fn mbs(rate: f64) -> f64 {
+    rate / 1e6
+}
+
+fn main() {
+    let scale_small = std::env::var("BENCH_SCALE").is_ok_and(|v| v == "small");
+    let min_time = Duration::from_millis(if scale_small { 300 } else { 1000 });
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    let mut ratios = serde_json::Map::new();
+
+    // ---- warm: fleet cache vs page cache --------------------------------------------------------
+    let fleet = Fleet::start(4, &[]);
+    let client = fleet.client(MIB as u64);
+    let sizes: &[usize] = if scale_small { &[MIB, 16 * MIB, 64 * MIB] } else { &[MIB, 16 * MIB, 256 * MIB] };
+    let mut warm_ratios = Vec::new();
+    for &size in sizes {
+        let path = fleet.dir.path().join(format!("warm-{size}.bin"));
+        std::fs::write(&path, pattern(size as u64, size)).unwrap();
+        let url = path.display().to_string();
+        assert_eq!(client.read(&url).unwrap().len(), size, "warming {url}");
+        let page_fresh = best_rate(size, 3, min_time, || {
+            std::hint::black_box(std::fs::read(&path).unwrap());
+        });
+        let memarts_fresh = best_rate(size, 3, min_time, || {
+            std::hint::black_box(client.read(&url).unwrap());
+        });
+        let mut buf = vec![0u8; size];
+        let page_reused = best_rate(size, 3, min_time, || {
+            std::fs::File::open(&path).unwrap().read_exact(&mut buf).unwrap();
+        });
+        let memarts_reused = best_rate(size, 3, min_time, || {
+            client.read_into(&url, 0, &mut buf).unwrap();
+        });
+        let r = memarts_fresh / page_fresh;
+        warm_ratios.push(r);
+        println!(
+            "warm {:>4} MiB: memarts {:>7.0} MB/s vs page cache {:>7.0} MB/s ({r:.2}x) | reused buffer: {:>7.0} vs {:>7.0} MB/s ({:.2}x)",
+            size / MIB,
+            mbs(memarts_fresh),
+            mbs(page_fresh),
+            mbs(memarts_reused),
+            mbs(page_reused),
+            memarts_reused / page_reused
+        );
+        rows.push(serde_json::json!({
+            "scenario": "warm", "object_mib": size / MIB,
+            "memarts_mbs": mbs(memarts_fresh), "page_cache_mbs": mbs(page_fresh), "ratio": r,
+            "memarts_reused_buffer_mbs": mbs(memarts_reused), "page_cache_reused_buffer_mbs": mbs(page_reused),
+            "ratio_reused_buffer": memarts_reused / page_reused,
+        }));
+    }
+    let min_warm = warm_ratios.iter().cloned().fold(f64::INFINITY, f64::min);
+    ratios.insert("warm_vs_page_cache".into(), min_warm.into());
+    drop(client);
+    drop(fleet);
+
+    // ---- cold: fleet miss vs direct parallel ranged GETs ---------------------------------------
+    let size = if scale_small { 32 * MIB } else { 128 * MIB };
+    let bucket = moto().bucket("bench-cold");
+    moto().put(&bucket, "cold.bin", &pattern(9, size));
+    let parallel = 8;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let store = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&moto().endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(&bucket)
+        .with_region("us-east-1")
+        .with_access_key_id("testing")
+        .with_secret_access_key("testing")
+        .build()
+        .unwrap();
+    let path = object_store::path::Path::from("cold.bin");
+    let direct = |store: &object_store::aws::AmazonS3| {
+        rt.block_on(async {
+            let mut out = vec![0u8; size];
+            let ranges: Vec<_> =
+                (0..size).step_by(MIB).map(|s| s as u64..(s + MIB).min(size) as u64).collect();
+            let mut stream = futures::stream::iter(ranges)
+                .map(|r| {
+                    let path = &path;
+                    async move { (r.clone(), store.get_range(path, r).await.unwrap()) }
+                })
+                .buffer_unordered(parallel);
+            while let Some((r, bytes)) = stream.next().await {
+                out[r.start as usize..r.end as usize].copy_from_slice(&bytes);
+            }
+            out
+        })
+    };
+    let rounds = if scale_small { 2 } else { 3 };
+    let mut best_direct = 0.0f64;
+    let mut best_cold = 0.0f64;
+    for _ in 0..rounds {
+        let start = Instant::now();
+        std::hint::black_box(direct(&store));
+        best_direct = best_direct.max(size as f64 / start.elapsed().as_secs_f64());
+        let fleet = Fleet::start(4, &[]);
+        let client = memarts_shim::Client::new(memarts_shim::ShimConfig {
+            parallel,
+            ..fleet.client(MIB as u64).config().clone()
+        })
+        .unwrap();
+        let url = format!("s3://{bucket}/cold.bin");
+        let start = Instant::now();
+        std::hint::black_box(client.read(&url).unwrap());
+        best_cold = best_cold.max(size as f64 / start.elapsed().as_secs_f64());
+    }
+    let r = best_cold / best_direct;
+    println!(
+        "cold {:>4} MiB: memarts {:>7.0} MB/s vs direct ranged GETs {:>7.0} MB/s ({r:.2}x), {parallel} in flight",
+        size / MIB,
+        mbs(best_cold),
+        mbs(best_direct)
+    );
+    rows.push(serde_json::json!({
+        "scenario": "cold", "object_mib": size / MIB, "parallel": parallel,
+        "memarts_mbs": mbs(best_cold), "direct_origin_mbs": mbs(best_direct), "ratio": r,
+    }));
+    ratios.insert("cold_vs_direct_origin".into(), r.into());
+
+    let goals = serde_json::json!({"warm_vs_page_cache": ">= 0.8", "cold_vs_direct_origin": ">= 0.9"});
+    let out = serde_json::json!({
+        "machine": machine(),
+        "scale": if scale_small { "small" } else { "full" },
+        "rows": rows,
+        "ratios": ratios,
+        "goals": goals,
+    });
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("latest.json"), serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    println!("ratios: {}", serde_json::Value::Object(ratios));
+    println!("wrote {}", dir.join("latest.json").display());
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    format!("{cores} cores, {cpu}")
+}
