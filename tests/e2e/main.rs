@@ -4,6 +4,7 @@
 mod common;
 
 mod cache_hits;
+mod capacity;
 mod consistency;
 mod protocol_abuse;
 mod reads;
