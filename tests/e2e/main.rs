@@ -5,6 +5,7 @@ mod common;
 
 mod cache_hits;
 mod capacity;
+mod cli_data;
 mod consistency;
 mod protocol_abuse;
 mod reads;

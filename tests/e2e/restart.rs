@@ -105,8 +105,10 @@ fn stop_proxy_after_kill_9_of_the_whole_fleet_cleans_up_and_start_works() {
     assert!(leftovers.is_empty(), "stop_proxy left {leftovers:?}");
     // stop is idempotent.
     fleet.stop_proxy();
+    let gets = moto().gets_settled(&bucket);
     fleet.start_proxy(2);
     assert_eq!(fleet.client(CS).read(&format!("s3://{bucket}/x")).unwrap(), want);
+    assert_eq!(moto().gets_settled(&bucket), gets, "the cache did not survive kill -9 of the fleet");
 }
 
 #[test]
