@@ -84,8 +84,9 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     cache.start_rebuild();
+    let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);
     server::run(
-        cache,
+        cache.clone(),
         conn_settings(cfg, slot),
         listener,
         cfg.max_connections as usize,
@@ -93,4 +94,5 @@ pub async fn serve(
         shutdown,
     )
     .await;
+    cache.wait_idle(drain).await;
 }

@@ -89,6 +89,7 @@ fn stop_proxy_after_kill_9_of_the_whole_fleet_cleans_up_and_start_works() {
     moto().put(&bucket, "x", &want);
     let fleet = Fleet::start(3, &[]);
     assert_eq!(fleet.client(CS).read(&format!("s3://{bucket}/x")).unwrap(), want);
+    fleet.wait_cached(3);
     for slot in 0..3 {
         kill(Pid::from_raw(fleet.pid(slot)), Signal::SIGKILL).unwrap();
     }

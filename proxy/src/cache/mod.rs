@@ -161,6 +161,15 @@ impl Cache {
             .join(
                 id,
                 move |leader| async move {
+                    // A flight that ended between our cache lookup and this one may have just
+                    // written the chunk: look again before going to the origin.
+                    if let Ok(Some(chunk)) = this.store.get(&key).await {
+                        if let Ok(data) = this.store.read_verified(&chunk).await {
+                            let data = Bytes::from(data);
+                            leader.publish(Ok(Fetched { crc32c: chunk.crc32c, data }));
+                            return;
+                        }
+                    }
                     let fetched = this.origin.get_range(&url, range, &key.etag).await;
                     let fetched = fetched
                         .map(|data| Fetched { crc32c: crc32c::crc32c(&data), data })
@@ -227,20 +236,34 @@ impl Cache {
     }
 
     /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
+    /// Room is reserved (and victims deleted) before the write, so bytes on disk never exceed the
+    /// capacity, even with many writes in flight.
     async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
+        let need = crate::chunk_store::format::round_up(
+            crate::chunk_store::format::data_offset_for(key.identity_len()) + data.len() as u64,
+        );
+        let victims = {
+            let mut index = self.index();
+            index.insert(id, need);
+            index.evict_over_capacity(Some(id))
+        };
+        self.remove_files(victims).await;
         match self.store.put(key, data, 0, false).await {
-            Ok(bytes) => {
-                let victims = {
-                    let mut index = self.index();
-                    index.insert(id, bytes);
-                    index.evict_over_capacity(Some(id))
-                };
-                self.remove_files(victims).await;
-            }
+            Ok(bytes) => self.index().insert(id, bytes),
             Err(e) => {
+                self.index().remove(id);
                 self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!("could not cache chunk {id:032x}, serving it from the origin only: {e}");
             }
+        }
+    }
+
+    /// Waits (up to `timeout`) until no fill is in flight, so a draining slot finishes writing the
+    /// chunks it fetched.
+    pub async fn wait_idle(&self, timeout: std::time::Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while !self.flights.is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 

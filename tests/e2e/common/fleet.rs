@@ -96,6 +96,15 @@ impl Fleet {
         self.status()["slots"].as_array().unwrap().iter().filter_map(|s| s[field].as_u64()).sum()
     }
 
+    /// Waits until the fleet has `n` chunks on disk (fills are written after the reply is sent).
+    pub fn wait_cached(&self, n: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while self.total("cached_chunks") < n {
+            assert!(std::time::Instant::now() < deadline, "the fleet never cached {n} chunks");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn pid(&self, slot: u32) -> i32 {
         let text = std::fs::read_to_string(self.run_dir.join(format!("proxy-{slot}.pid"))).expect("pid file");
         text.trim().parse().expect("pid")
