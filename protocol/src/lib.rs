@@ -39,6 +39,7 @@ pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
 pub const MAX_URL_LEN: usize = 8 << 10;
 
 pub mod identity;
+pub mod layout;
 pub mod url;
 pub use identity::{chunk_id, encode_identity, meta_owner_slot, owner_slot};
 pub use url::{ObjectUrl, OriginKind, UrlError};

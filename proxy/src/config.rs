@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use memarts_protocol::layout::{default_run_dir, fleet_file, socket_path};
+
 use crate::chunk_store::EngineKind;
 use crate::size::parse_size;
 
@@ -100,14 +102,6 @@ impl Default for FleetConfig {
             drain_timeout_secs: 10.0,
             origin: OriginConfig::default(),
         }
-    }
-}
-
-/// `$XDG_RUNTIME_DIR/memarts`, else `/tmp/memarts-<uid>`.
-pub fn default_run_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => Path::new(&dir).join("memarts"),
-        _ => PathBuf::from(format!("/tmp/memarts-{}", nix::unistd::getuid())),
     }
 }
 
@@ -236,14 +230,6 @@ fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Err
         Some(Size::Bytes(n)) => Ok(Some(n)),
         Some(Size::Text(t)) => parse_size(&t).map(Some).map_err(serde::de::Error::custom),
     }
-}
-
-pub fn socket_path(run_dir: &Path, slot: u32) -> PathBuf {
-    run_dir.join(format!("proxy-{slot}.sock"))
-}
-
-pub fn fleet_file(run_dir: &Path) -> PathBuf {
-    run_dir.join("fleet.json")
 }
 
 /// `1/true/yes/on` or `0/false/no/off`, case-insensitive.

@@ -1,11 +1,12 @@
 //! The fleet client: finds the fleet, keeps a small pool of connections per slot (dropped after a
 //! `fork`), routes each request to its owning slot and retries a slot that is down until the deadline.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use memarts_protocol::layout::{fleet_file, socket_path};
 use memarts_protocol::{
     meta_owner_slot, ListEntry, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
 };
@@ -37,7 +38,7 @@ struct FleetFile {
 
 /// Reads the fleet size from `<run dir>/fleet.json`.
 pub fn fleet_slots(run_dir: &Path) -> Result<u32> {
-    let path = run_dir.join("fleet.json");
+    let path = fleet_file(run_dir);
     let text = std::fs::read_to_string(&path).map_err(|e| {
         Error::Unavailable(format!(
             "no memarts fleet in {} ({e}); start one with `memarts start_proxy N`",
@@ -53,10 +54,6 @@ pub fn fleet_slots(run_dir: &Path) -> Result<u32> {
 pub fn fleet_running(run_dir: &Path) -> bool {
     let Ok(slots) = fleet_slots(run_dir) else { return false };
     (0..slots).any(|s| std::os::unix::net::UnixStream::connect(socket_path(run_dir, s)).is_ok())
-}
-
-pub fn socket_path(run_dir: &Path, slot: u32) -> PathBuf {
-    run_dir.join(format!("proxy-{slot}.sock"))
 }
 
 /// Absolute form of a local path (relative to the working directory); URLs pass through.

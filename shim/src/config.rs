@@ -1,8 +1,9 @@
 //! Shim settings, read once from the environment by [`ShimConfig::from_env`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use memarts_protocol::layout::default_run_dir;
 use memarts_protocol::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
 use crate::error::{Error, Result};
@@ -28,14 +29,6 @@ impl Default for ShimConfig {
             parallel: 16,
             deadline: Duration::from_secs(30),
         }
-    }
-}
-
-/// `$XDG_RUNTIME_DIR/memarts`, else `/tmp/memarts-<uid>` (the proxy's default too).
-pub fn default_run_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !dir.is_empty() => Path::new(&dir).join("memarts"),
-        _ => PathBuf::from(format!("/tmp/memarts-{}", nix::unistd::getuid())),
     }
 }
 
