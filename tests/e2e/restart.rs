@@ -157,24 +157,15 @@ fn a_slot_that_is_down_is_retried_until_it_is_back() {
     let url = format!("s3://{bucket}/y");
     assert_eq!(client.read(&url).unwrap(), want);
     fleet.stop_proxy();
-    let restarter = {
-        let (run, cache) = (fleet.run_dir.clone(), fleet.cache_dir.clone());
-        std::thread::spawn(move || {
+    std::thread::scope(|s| {
+        s.spawn(|| {
             std::thread::sleep(Duration::from_millis(1500));
-            let out = std::process::Command::new(crate::common::fleet::memarts_bin())
-                .args(["start_proxy", "1"])
-                .env("MEMARTS_RUN_DIR", run)
-                .env("MEMARTS_CACHE_DIR", cache)
-                .envs(moto().env())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "{}", text(&out.stderr));
-        })
-    };
-    let started = std::time::Instant::now();
-    assert_eq!(client.read(&url).unwrap(), want, "the read waits for the slot to come back");
-    assert!(started.elapsed() >= Duration::from_millis(1000));
-    restarter.join().unwrap();
+            fleet.start_proxy(1);
+        });
+        let started = std::time::Instant::now();
+        assert_eq!(client.read(&url).unwrap(), want, "the read waits for the slot to come back");
+        assert!(started.elapsed() >= Duration::from_millis(1000));
+    });
 
     // With a short deadline and no fleet, the call fails in time with a typed error.
     let short = memarts_shim::Client::new(memarts_shim::ShimConfig {
