@@ -14,10 +14,12 @@
 //! `SCM_RIGHTS` ancillary data on the first byte of the response frame, so the bytes themselves never
 //! cross the socket.
 
+pub mod checksum;
 pub mod error;
 pub mod frame;
 pub mod message;
 
+pub use checksum::{crc32c, Crc32c};
 pub use error::{ErrorCode, FrameError, WireError};
 pub use frame::{FrameHead, Limits, FRAME_HEAD_LEN};
 pub use message::*;

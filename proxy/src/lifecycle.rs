@@ -122,7 +122,8 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         Ok(l) => l,
         Err(e) => return fail(format!("bind {}: {e}", socket.display())),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A node runs N slots; two workers each keep a slot responsive without N x cores threads.
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => return fail(format!("tokio runtime: {e}")),
     };

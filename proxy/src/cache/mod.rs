@@ -8,6 +8,7 @@
 mod flight;
 mod index;
 mod meta;
+mod open_chunks;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,9 +26,13 @@ use crate::origin::Origin;
 pub use flight::Flights;
 pub use index::ChunkIndex;
 pub use meta::MetaCache;
+pub use open_chunks::OpenChunks;
 
 /// Chunks up to this size are read by the proxy and sent inline; larger hits pass the descriptor.
 pub const INLINE_MAX: u64 = 64 << 10;
+
+/// Chunk files a slot keeps open for fast hits (see [`OpenChunks`]).
+pub const MAX_OPEN_CHUNKS: usize = 1024;
 
 /// Bytes fetched from the origin, with their checksum.
 #[derive(Debug, Clone)]
@@ -75,6 +80,7 @@ pub struct Cache {
     store: Arc<ChunkStore>,
     index: Mutex<ChunkIndex>,
     meta: MetaCache,
+    open: OpenChunks,
     flights: Arc<Flights<Result<Fetched, WireError>>>,
     index_ready: AtomicBool,
     started: Instant,
@@ -97,6 +103,7 @@ impl Cache {
             store: Arc::new(store),
             index: Mutex::new(ChunkIndex::default()),
             meta,
+            open: OpenChunks::new(MAX_OPEN_CHUNKS),
             flights: Arc::default(),
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
@@ -172,7 +179,7 @@ impl Cache {
                     }
                     let fetched = this.origin.get_range(&url, range, &key.etag).await;
                     let fetched = fetched
-                        .map(|data| Fetched { crc32c: crc32c::crc32c(&data), data })
+                        .map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data })
                         .map_err(WireError::from);
                     leader.publish(fetched.clone());
                     if let Ok(f) = fetched {
@@ -189,21 +196,27 @@ impl Cache {
     }
 
     async fn try_hit(&self, key: &ChunkKey, id: u128) -> Option<ChunkOutcome> {
-        let chunk = match self.store.get(key).await {
-            Ok(Some(chunk)) => chunk,
-            Ok(None) => {
-                self.index().remove(id);
-                return None;
-            }
-            Err(StoreError::Corrupt { reason, .. }) => {
-                self.drop_corrupt(id, &reason).await;
-                return None;
-            }
-            Err(e) => {
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("cache read failed, going to the origin: {e}");
-                return None;
-            }
+        let chunk = match self.open.get(id) {
+            Some(chunk) => chunk,
+            None => match self.store.get(key).await {
+                Ok(Some(chunk)) => {
+                    self.open.insert(id, &chunk);
+                    chunk
+                }
+                Ok(None) => {
+                    self.index().remove(id);
+                    return None;
+                }
+                Err(StoreError::Corrupt { reason, .. }) => {
+                    self.drop_corrupt(id, &reason).await;
+                    return None;
+                }
+                Err(e) => {
+                    self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("cache read failed, going to the origin: {e}");
+                    return None;
+                }
+            },
         };
         let outcome = if chunk.len <= INLINE_MAX {
             match self.store.read_verified(&chunk).await {
@@ -230,6 +243,7 @@ impl Cache {
     async fn drop_corrupt(&self, id: u128, reason: &str) {
         self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("dropping corrupt chunk {id:032x}: {reason}");
+        self.open.remove(id);
         self.index().remove(id);
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || store.remove(crate::chunk_store::ChunkId(id))).await;
@@ -272,6 +286,10 @@ impl Cache {
             return;
         }
         self.stats.evicted_chunks.fetch_add(victims.len() as u64, Ordering::Relaxed);
+        for (id, _) in &victims {
+            // An open descriptor would keep an evicted file's blocks allocated.
+            self.open.remove(*id);
+        }
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || {
             for (id, _) in victims {

@@ -57,7 +57,7 @@ pub(super) async fn put_get_read_round_trip(engine: Arc<dyn IoEngine>) {
         assert_eq!(on_disk, format::round_up(data_offset + len as u64));
         let chunk = store.get(&k).await.unwrap().expect("chunk present");
         assert_eq!((chunk.id, chunk.len, chunk.data_offset, chunk.flags), (k.id(), len as u64, 4096, 1));
-        assert_eq!(chunk.crc32c, crc32c::crc32c(&data));
+        assert_eq!(chunk.crc32c, memarts_protocol::crc32c(&data));
         assert!(store.read_verified(&chunk).await.unwrap() == data);
         let path = store.path_of(k.id());
         assert_eq!(mode(&path), 0o600);

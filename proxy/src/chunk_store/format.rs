@@ -119,7 +119,7 @@ pub fn encode_header(
     out.extend_from_slice(&data_crc.to_le_bytes());
     out.extend_from_slice(&(identity_len as u32).to_le_bytes());
     key.encode_identity(&mut out);
-    let crc = crc32c::crc32c(&out);
+    let crc = memarts_protocol::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out.resize(data_offset as usize, 0);
     Ok(out)
@@ -152,7 +152,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         return Err(truncated(header_len(identity_len)));
     };
     let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-    let computed = crc32c::crc32c(&bytes[..crc_at]);
+    let computed = memarts_protocol::crc32c(&bytes[..crc_at]);
     if stored != computed {
         return Err(FormatError::HeaderCrc { stored, computed });
     }

@@ -126,7 +126,7 @@ impl ChunkStore {
         durable: bool,
     ) -> Result<u64, StoreError> {
         let id = key.id();
-        let crc = crc32c::crc32c(&data);
+        let crc = memarts_protocol::crc32c(&data);
         let header = format::encode_header(key, data.len() as u64, crc, flags)
             .map_err(|_| StoreError::KeyTooLarge { len: key.identity_len() })?;
         let data_offset = header.len() as u64;
@@ -238,7 +238,7 @@ impl ChunkStore {
             }
             Err(e) => return Err(e.into()),
         };
-        let crc = crc32c::crc32c(&data);
+        let crc = memarts_protocol::crc32c(&data);
         if crc != chunk.crc32c {
             let reason = format!("data CRC32C {crc:#010x}, header says {:#010x}", chunk.crc32c);
             return Err(self.discard(chunk.id, &chunk.file, reason).await);
