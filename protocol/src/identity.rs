@@ -1,41 +1,79 @@
 //! Chunk identity and ownership: one function each, shared by the shim (to route a chunk to its
 //! owning slot) and the proxy (to name the chunk file and to rebuild its index after a restart).
 //!
-//! A chunk's identity is (origin kind, bucket, key, ETag, chunk size, index). Its 128-bit id is
-//! xxh3-128 over an unambiguous length-prefixed encoding of those fields; the id names the chunk file,
-//! so a new object version (new ETag) or another chunk size can never be served from old chunks.
-//! The id carries no location: in a later cluster, node ownership is another rendezvous over the same id.
+//! A chunk's identity is (origin kind, bucket, key, ETag, chunk size, index). Its 128-bit id has two
+//! halves: the high 64 bits are the *placement* hash of (origin kind, bucket, key, chunk size,
+//! index), the low 64 bits a hash of the whole identity, ETag included. The id names the chunk file,
+//! so a new object version can never be served from old chunks; ownership depends on the placement
+//! half only, so a shim can route chunk 0 of an object before it knows the object's ETag (one round
+//! trip for stat + first chunk), and a restarted slot can still tell its chunks by file name.
+//! The id carries no location: in a later cluster, node ownership is another rendezvous over it.
+
+use xxhash_rust::xxh3::xxh3_64;
 
 use crate::url::ObjectUrl;
+
+fn put_str(out: &mut Vec<u8>, field: &str) {
+    out.extend_from_slice(&(field.len() as u64).to_le_bytes());
+    out.extend_from_slice(field.as_bytes());
+}
 
 /// Appends the identity encoding: `u64 LE length + bytes` for each of origin kind, bucket, key and
 /// ETag, then `u64 LE` chunk size and index. The proxy's chunk headers store these same bytes.
 pub fn encode_identity(out: &mut Vec<u8>, url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) {
     for field in [url.kind.as_str(), &url.bucket, &url.key, etag] {
-        out.extend_from_slice(&(field.len() as u64).to_le_bytes());
-        out.extend_from_slice(field.as_bytes());
+        put_str(out, field);
     }
     out.extend_from_slice(&chunk_size.to_le_bytes());
     out.extend_from_slice(&index.to_le_bytes());
 }
 
-/// The chunk's id: the hash of its identity encoding.
-pub fn chunk_id(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> u128 {
-    let mut buf = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
-    encode_identity(&mut buf, url, etag, chunk_size, index);
-    xxhash_rust::xxh3::xxh3_128(&buf)
+/// The placement hash: which chunk of which object, whatever its version.
+pub fn placement(kind: &str, bucket: &str, key: &str, chunk_size: u64, index: u64) -> u64 {
+    let mut buf = Vec::with_capacity(48 + bucket.len() + key.len());
+    for field in [kind, bucket, key] {
+        put_str(&mut buf, field);
+    }
+    buf.extend_from_slice(&chunk_size.to_le_bytes());
+    buf.extend_from_slice(&index.to_le_bytes());
+    xxh3_64(&buf)
 }
 
-/// The slot that owns `id` among `slots` live slots: rendezvous (highest random weight) hashing, so
-/// changing the number of slots moves only the chunks whose winner changed.
+/// The chunk's id from its fields (`kind` is [`crate::OriginKind::as_str`]).
+pub fn chunk_id_of(kind: &str, bucket: &str, key: &str, etag: &str, chunk_size: u64, index: u64) -> u128 {
+    let mut buf = Vec::with_capacity(64 + bucket.len() + key.len() + etag.len());
+    for field in [kind, bucket, key, etag] {
+        put_str(&mut buf, field);
+    }
+    buf.extend_from_slice(&chunk_size.to_le_bytes());
+    buf.extend_from_slice(&index.to_le_bytes());
+    (u128::from(placement(kind, bucket, key, chunk_size, index)) << 64) | u128::from(xxh3_64(&buf))
+}
+
+/// The chunk's id: placement half, then the hash of its whole identity.
+pub fn chunk_id(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> u128 {
+    chunk_id_of(url.kind.as_str(), &url.bucket, &url.key, etag, chunk_size, index)
+}
+
+/// The slot that owns the chunk with id `id` among `slots` live slots: rendezvous (highest random
+/// weight) hashing over the placement half, so changing the number of slots moves only the chunks
+/// whose winner changed.
 pub fn owner_slot(id: u128, slots: u32) -> u32 {
+    owner_of_placement((id >> 64) as u64, slots)
+}
+
+/// The owner of chunk `index` of `url` at `chunk_size`, whatever the object's version.
+pub fn chunk_owner(url: &ObjectUrl, chunk_size: u64, index: u64, slots: u32) -> u32 {
+    owner_of_placement(placement(url.kind.as_str(), &url.bucket, &url.key, chunk_size, index), slots)
+}
+
+fn owner_of_placement(place: u64, slots: u32) -> u32 {
     let mut best = (0u64, 0u32);
-    let id_bytes = id.to_le_bytes();
     for slot in 0..slots.max(1) {
-        let mut buf = [0u8; 20];
-        buf[..16].copy_from_slice(&id_bytes);
-        buf[16..].copy_from_slice(&slot.to_le_bytes());
-        let score = xxhash_rust::xxh3::xxh3_64(&buf);
+        let mut buf = [0u8; 12];
+        buf[..8].copy_from_slice(&place.to_le_bytes());
+        buf[8..].copy_from_slice(&slot.to_le_bytes());
+        let score = xxh3_64(&buf);
         if slot == 0 || score > best.0 {
             best = (score, slot);
         }
@@ -45,7 +83,7 @@ pub fn owner_slot(id: u128, slots: u32) -> u32 {
 
 /// The slot that answers metadata requests (stat, list) for `url`.
 pub fn meta_owner_slot(url: &str, slots: u32) -> u32 {
-    owner_slot(xxhash_rust::xxh3::xxh3_128(url.as_bytes()), slots)
+    owner_of_placement(xxh3_64(url.as_bytes()), slots)
 }
 
 #[cfg(test)]
@@ -68,7 +106,7 @@ mod tests {
         let url = ObjectUrl::parse("s3://bkt/key").unwrap();
         assert_eq!(format!("{:032x}", chunk_id(&url, "etag", 1 << 20, 3)), GOLDEN_ID);
     }
-    const GOLDEN_ID: &str = "40882cb154c88b321a53db502da75f14";
+    const GOLDEN_ID: &str = "f068402104a11ea8981acb8c208a9002";
 
     #[test]
     fn rendezvous_is_balanced_and_moves_little() {
@@ -79,6 +117,12 @@ mod tests {
             counts[owner_slot(*id, 8) as usize] += 1;
         }
         assert!(counts.iter().all(|c| (800..1200).contains(c)), "{counts:?}");
+        // Ownership ignores the version: routing works before the ETag is known.
+        for i in 0..100 {
+            let id = chunk_id(&url, "other-etag", 1 << 20, i);
+            assert_eq!(owner_slot(id, 8), chunk_owner(&url, 1 << 20, i, 8));
+            assert_eq!(owner_slot(id, 8), owner_slot(ids[i as usize], 8));
+        }
         // Going from 8 to 9 slots moves only chunks to the new slot.
         for id in &ids {
             let (before, after) = (owner_slot(*id, 8), owner_slot(*id, 9));

@@ -43,5 +43,7 @@ pub const MAX_URL_LEN: usize = 8 << 10;
 pub mod identity;
 pub mod layout;
 pub mod url;
-pub use identity::{chunk_id, encode_identity, meta_owner_slot, owner_slot};
+pub use identity::{
+    chunk_id, chunk_id_of, chunk_owner, encode_identity, meta_owner_slot, owner_slot, placement,
+};
 pub use url::{ObjectUrl, OriginKind, UrlError};

@@ -8,8 +8,6 @@
 
 use std::fmt;
 
-use xxhash_rust::xxh3::Xxh3;
-
 /// The identity of one chunk: which origin object version, cut at which chunk size, which chunk.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ChunkKey {
@@ -41,11 +39,16 @@ impl ChunkKey {
         }
     }
 
-    /// The chunk's id: xxh3-128 of [`ChunkKey::identity_bytes`], computed without allocating.
+    /// The chunk's id, as [`memarts_protocol::chunk_id_of`] computes it for routing.
     pub fn id(&self) -> ChunkId {
-        let mut hasher = Xxh3::new();
-        self.write_identity(|part| hasher.update(part));
-        ChunkId(hasher.digest128())
+        ChunkId(memarts_protocol::chunk_id_of(
+            &self.origin,
+            &self.bucket,
+            &self.key,
+            &self.etag,
+            self.chunk_size,
+            self.index,
+        ))
     }
 
     /// Length in bytes of the identity encoding.
@@ -175,9 +178,9 @@ mod tests {
     }
 
     #[test]
-    fn id_hashes_the_identity_bytes() {
+    fn id_low_half_hashes_the_identity_bytes() {
         let k = key("bucket", "path/to/object");
-        assert_eq!(k.id().0, xxhash_rust::xxh3::xxh3_128(&k.identity_bytes()));
+        assert_eq!(k.id().0 as u64, xxhash_rust::xxh3::xxh3_64(&k.identity_bytes()));
         assert_eq!(k.identity_bytes().len(), k.identity_len());
     }
 
