@@ -135,6 +135,16 @@ pub struct ChunkReply {
     pub from_cache: bool,
 }
 
+/// Metadata and the first chunk of an object in one round trip. Sent to the owner of chunk 0 (see
+/// [`crate::chunk_owner`]), which resolves the current version from its metadata cache.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FirstRequest {
+    pub url: String,
+    pub chunk_size: u64,
+    /// Bypass the metadata cache and revalidate with the origin.
+    pub refresh: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Must be the first frame. Variant 0 forever, so any version can decode it.
@@ -146,6 +156,7 @@ pub enum Request {
     ReadChunk(ChunkRequest),
     List(ListRequest),
     Status,
+    ReadFirst(FirstRequest),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -161,6 +172,12 @@ pub enum Response {
     List(ListPage),
     Status(SlotStatus),
     Error(WireError),
+    /// Answer to `ReadFirst`: the object's metadata and, unless it is empty, its chunk 0 (body as in
+    /// `Chunk`: inline payload or a passed descriptor).
+    First {
+        meta: ObjectMeta,
+        chunk: Option<ChunkReply>,
+    },
 }
 
 #[cfg(test)]

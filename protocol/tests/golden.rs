@@ -72,3 +72,15 @@ fn every_message_round_trips_through_the_sync_reader() {
         assert!(r.is_empty());
     }
 }
+
+#[test]
+fn read_first_is_appended_after_the_original_variants() {
+    use memarts_protocol::FirstRequest;
+    let req = Request::ReadFirst(FirstRequest { url: "/a".into(), chunk_size: 4096, refresh: false });
+    assert_eq!(&frame_of(&req)[8..], &[5, 2, b'/', b'a', 0x80, 0x20, 0]);
+    let resp = Response::First {
+        meta: memarts_protocol::ObjectMeta { size: 0, etag: None, version: None, last_modified_ms: 0 },
+        chunk: None,
+    };
+    assert_eq!(&frame_of(&resp)[8..], &[7, 0, 0, 0, 0, 0]);
+}

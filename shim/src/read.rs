@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use memarts_protocol::{
-    chunk_id, owner_slot, ChunkBody, ChunkRequest, ObjectMeta, ObjectUrl, Request, Response,
+    chunk_owner, ChunkBody, ChunkReply, ChunkRequest, FirstRequest, ObjectMeta, ObjectUrl, Request, Response,
 };
 
 use crate::client::{parse, Client};
@@ -36,13 +36,20 @@ struct Target<'a> {
 
 impl Client {
     /// The whole object.
+    /// The whole object. Metadata and the first chunk come in one round trip from the owner of
+    /// chunk 0; the other chunks follow in parallel, pinned to the ETag that round trip returned.
     pub fn read(&self, url: &str) -> Result<Vec<u8>> {
-        let meta = self.stat(url)?;
-        let mut buf =
-            vec![0u8; usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?];
-        let n = self.read_at_meta(url, &meta, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(buf)
+        let parsed = parse(url)?;
+        let url_text = parsed.to_string();
+        let cs = self.cfg.chunk_size;
+        let slot = chunk_owner(&parsed, cs, 0, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        let mut out = Vec::new();
+        let meta = self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, &mut out))?;
+        if meta.size > cs {
+            self.read_at_meta(&url_text, &meta, cs, &mut out[cs as usize..])?;
+        }
+        Ok(out)
     }
 
     /// `len` bytes from `offset` (fewer at the end of the object).
@@ -112,7 +119,7 @@ impl Client {
     fn fetch_piece(&self, t: &Target<'_>, piece: Piece<'_>, deadline: Instant) -> Result<()> {
         let start = piece.index * t.chunk_size;
         let chunk_len = (t.size - start).min(t.chunk_size) as usize;
-        let slot = owner_slot(chunk_id(t.url, t.etag, t.chunk_size, piece.index), self.slots());
+        let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
         let req = ChunkRequest {
             url: t.url_text.clone(),
             etag: t.etag.to_string(),
@@ -158,37 +165,70 @@ fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut [u8]) -> Result<()>
             Response::Error(e) => return Err(e.into()),
             other => return Err(Error::Protocol(format!("unexpected answer to ReadChunk: {other:?}"))),
         };
-        if c.len != dst.len() as u64 {
-            return Err(Error::Protocol(format!(
-                "chunk of {} bytes where {} were expected",
-                c.len,
-                dst.len()
+        if receive_body(conn, &c, reply.fd, reply.payload_len, dst)? {
+            return Ok(());
+        }
+        if req.recheck {
+            return Err(Error::Corrupt(format!(
+                "chunk {} of {} failed its checksum again after a refetch",
+                req.index, req.url
             )));
         }
-        match c.body {
-            ChunkBody::Inline => {
-                if reply.payload_len as usize != dst.len() {
-                    return Err(Error::Protocol(
-                        "inline payload length differs from the chunk length".into(),
-                    ));
-                }
-                conn.read_payload(dst)?;
-                return Ok(());
+        req.recheck = true;
+    }
+}
+
+/// Metadata and chunk 0 of `url` in one round trip; `out` becomes a buffer of the object's size
+/// with chunk 0 filled in.
+fn read_first(conn: &mut Conn, url: &str, chunk_size: u64, out: &mut Vec<u8>) -> Result<ObjectMeta> {
+    let request = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
+    let reply = conn.call(&Request::ReadFirst(request))?;
+    let (meta, chunk) = match reply.response {
+        Response::First { meta, chunk } => (meta, chunk),
+        Response::Error(e) => return Err(e.into()),
+        other => return Err(Error::Protocol(format!("unexpected answer to ReadFirst: {other:?}"))),
+    };
+    let size = usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
+    *out = vec![0u8; size];
+    let Some(c) = chunk else { return Ok(meta) };
+    let first = &mut out[..size.min(chunk_size as usize)];
+    if !receive_body(conn, &c, reply.fd, reply.payload_len, first)? {
+        let req = ChunkRequest {
+            url: url.to_string(),
+            etag: meta.etag.clone().unwrap_or_default(),
+            object_size: meta.size,
+            chunk_size,
+            index: 0,
+            recheck: true,
+        };
+        read_chunk(conn, &req, first)?;
+    }
+    Ok(meta)
+}
+
+/// Takes a chunk reply's bytes into `dst`: the inline payload, or the passed descriptor's bytes,
+/// checksummed. Returns false when descriptor-served bytes fail their checksum.
+fn receive_body(
+    conn: &mut Conn,
+    c: &ChunkReply,
+    fd: Option<std::os::fd::OwnedFd>,
+    payload_len: u32,
+    dst: &mut [u8],
+) -> Result<bool> {
+    if c.len != dst.len() as u64 {
+        return Err(Error::Protocol(format!("chunk of {} bytes where {} were expected", c.len, dst.len())));
+    }
+    match c.body {
+        ChunkBody::Inline => {
+            if payload_len as usize != dst.len() {
+                return Err(Error::Protocol("inline payload length differs from the chunk length".into()));
             }
-            ChunkBody::Fd { offset } => {
-                let fd =
-                    reply.fd.ok_or_else(|| Error::Protocol("chunk reply without its descriptor".into()))?;
-                if read_checked(&File::from(fd), dst, offset)? == c.crc32c {
-                    return Ok(());
-                }
-                if req.recheck {
-                    return Err(Error::Corrupt(format!(
-                        "chunk {} of {} failed its checksum again after a refetch",
-                        req.index, req.url
-                    )));
-                }
-                req.recheck = true;
-            }
+            conn.read_payload(dst)?;
+            Ok(true)
+        }
+        ChunkBody::Fd { offset } => {
+            let fd = fd.ok_or_else(|| Error::Protocol("chunk reply without its descriptor".into()))?;
+            Ok(read_checked(&File::from(fd), dst, offset)? == c.crc32c)
         }
     }
 }

@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use memarts_protocol::{
-    owner_slot, ChunkRequest, ErrorCode, ListPage, ListRequest, ObjectMeta, ObjectUrl, SlotStatus, WireError,
-    MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
+    owner_slot, ChunkRequest, ErrorCode, FirstRequest, ListPage, ListRequest, ObjectMeta, ObjectUrl,
+    SlotStatus, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 
 use crate::chunk_store::{CachedChunk, ChunkKey, ChunkStore, StoreError};
@@ -135,6 +135,35 @@ impl Cache {
 
     pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {
         Ok(self.origin.list(req).await?)
+    }
+
+    /// Metadata of `req.url` and its chunk 0 (none for an empty object), in one request: the shim
+    /// sends it to the owner of chunk 0, so the chunk is filled by the same single flight as a
+    /// `ReadChunk` of it would be.
+    pub async fn read_first(
+        self: &Arc<Self>,
+        req: &FirstRequest,
+    ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
+        let meta = self.stat(&req.url, req.refresh).await?;
+        if meta.size == 0 {
+            return Ok((meta, None));
+        }
+        let etag = meta.etag.clone().filter(|e| !e.is_empty()).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::OriginError,
+                format!("{}: the origin reports no ETag, so its chunks cannot be cached safely", req.url),
+            )
+        })?;
+        let chunk = ChunkRequest {
+            url: req.url.clone(),
+            etag,
+            object_size: meta.size,
+            chunk_size: req.chunk_size,
+            index: 0,
+            recheck: false,
+        };
+        let outcome = self.read_chunk(&chunk).await?;
+        Ok((meta, Some(outcome)))
     }
 
     /// Reads one chunk: a hit from disk or a single-flight fill from the origin.

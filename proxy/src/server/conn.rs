@@ -111,35 +111,15 @@ async fn serve_inner(
                 send(stream, &reply, settings).await?;
             }
             Request::ReadChunk(req) => match cache.read_chunk(&req).await {
-                Ok(ChunkOutcome::Fd(chunk)) => {
-                    let reply = Response::Chunk(ChunkReply {
-                        len: chunk.len,
-                        crc32c: chunk.crc32c,
-                        body: ChunkBody::Fd { offset: chunk.data_offset },
-                        from_cache: true,
-                    });
-                    let bytes = frame::encode(&reply, 0)?;
-                    with_timeout(
-                        settings,
-                        "sending a reply",
-                        send_with_fd(stream, &bytes, chunk.file.as_fd()),
-                    )
-                    .await?;
+                Ok(outcome) => send_chunk(stream, settings, outcome, Response::Chunk).await?,
+                Err(e) => send(stream, &Response::Error(e), settings).await?,
+            },
+            Request::ReadFirst(req) => match cache.read_first(&req).await {
+                Ok((meta, Some(outcome))) => {
+                    send_chunk(stream, settings, outcome, |c| Response::First { meta, chunk: Some(c) })
+                        .await?
                 }
-                Ok(ChunkOutcome::Bytes { data, crc32c, from_cache }) => {
-                    let reply = Response::Chunk(ChunkReply {
-                        len: data.len() as u64,
-                        crc32c,
-                        body: ChunkBody::Inline,
-                        from_cache,
-                    });
-                    let head = frame::encode(&reply, data.len())?;
-                    with_timeout(settings, "sending a reply", async {
-                        stream.write_all(&head).await?;
-                        stream.write_all(&data).await
-                    })
-                    .await?;
-                }
+                Ok((meta, None)) => send(stream, &Response::First { meta, chunk: None }, settings).await?,
                 Err(e) => send(stream, &Response::Error(e), settings).await?,
             },
             Request::List(req) => {
@@ -147,6 +127,38 @@ async fn serve_inner(
                 send(stream, &reply, settings).await?;
             }
             Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
+        }
+    }
+}
+
+/// Sends a chunk, wrapped in the response `wrap` builds: a passed descriptor for large hits, an
+/// inline payload otherwise.
+async fn send_chunk(
+    stream: &mut UnixStream,
+    settings: &ConnSettings,
+    outcome: ChunkOutcome,
+    wrap: impl FnOnce(ChunkReply) -> Response,
+) -> Result<(), ConnError> {
+    match outcome {
+        ChunkOutcome::Fd(chunk) => {
+            let reply = wrap(ChunkReply {
+                len: chunk.len,
+                crc32c: chunk.crc32c,
+                body: ChunkBody::Fd { offset: chunk.data_offset },
+                from_cache: true,
+            });
+            let bytes = frame::encode(&reply, 0)?;
+            with_timeout(settings, "sending a reply", send_with_fd(stream, &bytes, chunk.file.as_fd())).await
+        }
+        ChunkOutcome::Bytes { data, crc32c, from_cache } => {
+            let reply =
+                wrap(ChunkReply { len: data.len() as u64, crc32c, body: ChunkBody::Inline, from_cache });
+            let head = frame::encode(&reply, data.len())?;
+            with_timeout(settings, "sending a reply", async {
+                stream.write_all(&head).await?;
+                stream.write_all(&data).await
+            })
+            .await
         }
     }
 }
