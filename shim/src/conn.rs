@@ -1,7 +1,7 @@
 //! One synchronous connection to one proxy slot: connect, handshake, request/response in lockstep,
 //! and the receiving half of descriptor passing.
 
-use std::io::{IoSliceMut, Read, Write};
+use std::io::{IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -66,8 +66,8 @@ impl Conn {
     }
 
     /// Reads `dst.len()` payload bytes straight into `dst`.
-    pub fn read_payload(&mut self, dst: &mut [u8]) -> Result<()> {
-        self.stream.read_exact(dst)?;
+    pub fn read_payload(&mut self, dst: &mut crate::fill::Room) -> Result<()> {
+        crate::fill::read_exact(&self.stream, dst)?;
         Ok(())
     }
 

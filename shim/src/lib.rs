@@ -9,10 +9,12 @@
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
+mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
 pub mod error;
+mod fill;
 mod read;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};

@@ -89,6 +89,18 @@ fn main() {
             "ratio_reused_buffer": memarts_reused / page_reused,
         }));
     }
+    // The floor under every warm read: one request/response on a Unix socket between two threads of
+    // this machine, against a memarts round trip that does real work (a stat answered from the
+    // metadata cache).
+    let floor_us = socket_round_trip_us();
+    let probe = fleet.dir.path().join(format!("warm-{MIB}.bin")).display().to_string();
+    let start = Instant::now();
+    for _ in 0..2000 {
+        client.stat(&probe).unwrap();
+    }
+    let stat_us = start.elapsed().as_secs_f64() * 1e6 / 2000.0;
+    println!("round trip: Unix socket ping-pong {floor_us:.1} us, memarts stat {stat_us:.1} us");
+    rows.push(serde_json::json!({"scenario": "round_trip", "socket_ping_pong_us": floor_us, "memarts_stat_us": stat_us}));
     let min_warm = warm_ratios.iter().cloned().fold(f64::INFINITY, f64::min);
     ratios.insert("warm_vs_page_cache".into(), min_warm.into());
     drop(client);
@@ -215,6 +227,29 @@ fn restart_with_many_chunks(n: u64) -> (f64, f64, u64) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Mean of a 16-byte ping-pong between two threads over a Unix socket pair.
+fn socket_round_trip_us() -> f64 {
+    use std::io::Write;
+    let (mut a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let echo = std::thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        while b.read_exact(&mut buf).is_ok() {
+            b.write_all(&buf).unwrap();
+        }
+    });
+    let mut buf = [0u8; 16];
+    let n = 5000;
+    let start = Instant::now();
+    for _ in 0..n {
+        a.write_all(&buf).unwrap();
+        a.read_exact(&mut buf).unwrap();
+    }
+    let us = start.elapsed().as_secs_f64() * 1e6 / n as f64;
+    drop(a);
+    echo.join().unwrap();
+    us
 }
 
 fn machine() -> String {

@@ -1,0 +1,114 @@
+//! One chunk over one connection: `ReadChunk` and `ReadFirst` round trips, and taking a reply's
+//! bytes (inline payload, or a passed descriptor read and checksummed) into the caller's room.
+
+use std::fs::File;
+use std::os::fd::OwnedFd;
+
+use memarts_protocol::{ChunkBody, ChunkReply, ChunkRequest, FirstRequest, ObjectMeta, Request, Response};
+
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+use crate::fill::{assume_filled, pread_exact, Room};
+
+/// One chunk into `dst` (exactly the chunk's length). A descriptor-served chunk that fails its
+/// checksum is asked for again with `recheck` (the slot drops its copy and refetches it).
+pub fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut Room) -> Result<()> {
+    let mut req = req.clone();
+    loop {
+        let reply = conn.call(&Request::ReadChunk(req.clone()))?;
+        let c = match reply.response {
+            Response::Chunk(c) => c,
+            Response::Error(e) => return Err(e.into()),
+            other => return Err(Error::Protocol(format!("unexpected answer to ReadChunk: {other:?}"))),
+        };
+        if receive_body(conn, &c, reply.fd, reply.payload_len, dst)? {
+            return Ok(());
+        }
+        if req.recheck {
+            return Err(Error::Corrupt(format!(
+                "chunk {} of {} failed its checksum again after a refetch",
+                req.index, req.url
+            )));
+        }
+        req.recheck = true;
+    }
+}
+
+/// Metadata and chunk 0 of `url` in one round trip. `out` is emptied and given the capacity of the
+/// whole object, with chunk 0 written into its spare capacity (its length stays 0: the caller sets
+/// it once every byte is written). Also says whether chunk 0 came from the cache.
+pub fn read_first(
+    conn: &mut Conn,
+    url: &str,
+    chunk_size: u64,
+    out: &mut Vec<u8>,
+) -> Result<(ObjectMeta, bool)> {
+    let request = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
+    let reply = conn.call(&Request::ReadFirst(request))?;
+    let (meta, chunk) = match reply.response {
+        Response::First { meta, chunk } => (meta, chunk),
+        Response::Error(e) => return Err(e.into()),
+        other => return Err(Error::Protocol(format!("unexpected answer to ReadFirst: {other:?}"))),
+    };
+    let size = usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
+    out.clear();
+    out.reserve_exact(size);
+    let Some(c) = chunk else { return Ok((meta, true)) };
+    let first = &mut out.spare_capacity_mut()[..size.min(chunk_size as usize)];
+    if !receive_body(conn, &c, reply.fd, reply.payload_len, first)? {
+        let req = ChunkRequest {
+            url: url.to_string(),
+            etag: meta.etag.clone().unwrap_or_default(),
+            object_size: meta.size,
+            chunk_size,
+            index: 0,
+            recheck: true,
+        };
+        read_chunk(conn, &req, first)?;
+    }
+    Ok((meta, c.from_cache))
+}
+
+/// Takes a chunk reply's bytes into `dst`: the inline payload, or the passed descriptor's bytes,
+/// checksummed. Returns false when descriptor-served bytes fail their checksum.
+fn receive_body(
+    conn: &mut Conn,
+    c: &ChunkReply,
+    fd: Option<OwnedFd>,
+    payload_len: u32,
+    dst: &mut Room,
+) -> Result<bool> {
+    if c.len != dst.len() as u64 {
+        return Err(Error::Protocol(format!("chunk of {} bytes where {} were expected", c.len, dst.len())));
+    }
+    match c.body {
+        ChunkBody::Inline => {
+            if payload_len as usize != dst.len() {
+                return Err(Error::Protocol("inline payload length differs from the chunk length".into()));
+            }
+            conn.read_payload(dst)?;
+            Ok(true)
+        }
+        ChunkBody::Fd { offset } => {
+            let fd = fd.ok_or_else(|| Error::Protocol("chunk reply without its descriptor".into()))?;
+            Ok(read_checked(&File::from(fd), dst, offset)? == c.crc32c)
+        }
+    }
+}
+
+/// Bytes read and checksummed per step: small enough that the checksum reads them from the CPU
+/// cache right after the kernel copied them there, instead of from memory a second time.
+const CHECK_PIECE: usize = 128 << 10;
+
+/// Fills `dst` from `file` at `offset` and returns the CRC32C of what was read.
+fn read_checked(file: &File, dst: &mut Room, offset: u64) -> Result<u32> {
+    let mut crc = memarts_protocol::Crc32c::default();
+    let mut at = offset;
+    for piece in dst.chunks_mut(CHECK_PIECE) {
+        pread_exact(file, piece, at)?;
+        // SAFETY: pread_exact returned Ok, so it wrote every byte of `piece`.
+        crc.update(unsafe { assume_filled(piece) });
+        at += piece.len() as u64;
+    }
+    Ok(crc.finish())
+}

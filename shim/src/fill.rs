@@ -1,0 +1,96 @@
+//! Filling buffers that were never zeroed: the object's bytes are written straight into the spare
+//! capacity of the result (a `Vec`, later a Python `bytes`), by `pread` from a passed descriptor or
+//! `read` from the socket, through raw pointers, so no reference to uninitialised memory is made and
+//! no memset precedes the copy (zeroing a 16 MiB buffer costs as much as reading it from the page
+//! cache).
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
+
+/// Uninitialised (or initialised, it makes no difference) room for bytes.
+pub type Room = [MaybeUninit<u8>];
+
+/// Views an initialised slice as room. Writing initialised bytes into it keeps it initialised.
+pub fn as_room(buf: &mut [u8]) -> &mut Room {
+    // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; every write through the returned slice
+    // stores initialised bytes (only the fill functions below write, and only what the kernel copied
+    // in), so `buf` stays initialised.
+    unsafe { &mut *(buf as *mut [u8] as *mut Room) }
+}
+
+/// The bytes of `room`, once every one of them has been filled.
+///
+/// # Safety
+/// Every byte of `room` must have been written.
+pub unsafe fn assume_filled(room: &Room) -> &[u8] {
+    // SAFETY: the caller guarantees every byte was written, so the bytes are initialised `u8`s
+    // with the same layout.
+    unsafe { &*(room as *const Room as *const [u8]) }
+}
+
+/// Fills all of `room` from `fd` at `offset` (`pread`), continuing after short reads.
+pub fn pread_exact(fd: &impl AsRawFd, room: &mut Room, offset: u64) -> io::Result<()> {
+    fill_with(fd.as_raw_fd(), room, |fd, ptr, len, done| {
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+        // SAFETY: `ptr..ptr+len` lies inside `room`, which we borrow mutably; the kernel writes at
+        // most `len` bytes there.
+        Ok(unsafe { libc::pread(fd, ptr.cast(), len, at) })
+    })
+}
+
+/// Fills all of `room` from the stream `fd` (`read`), honouring its receive timeout.
+pub fn read_exact(fd: &impl AsRawFd, room: &mut Room) -> io::Result<()> {
+    // SAFETY: as in `pread_exact`: the kernel writes at most `len` bytes at `ptr`, inside `room`.
+    fill_with(fd.as_raw_fd(), room, |fd, ptr, len, _| Ok(unsafe { libc::read(fd, ptr.cast(), len) }))
+}
+
+fn fill_with(
+    fd: RawFd,
+    room: &mut Room,
+    mut op: impl FnMut(RawFd, *mut MaybeUninit<u8>, usize, usize) -> io::Result<isize>,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < room.len() {
+        let rest = &mut room[done..];
+        match op(fd, rest.as_mut_ptr(), rest.len(), done)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n if n > 0 => done += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn fills_from_files_and_streams_and_reports_short_ones() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let mut v: Vec<u8> = Vec::with_capacity(50_000);
+        pread_exact(&f, &mut v.spare_capacity_mut()[..50_000], 25_000).unwrap();
+        // SAFETY: pread_exact filled all 50_000 bytes.
+        unsafe { v.set_len(50_000) };
+        assert_eq!(v, data[25_000..75_000]);
+        let mut room = vec![MaybeUninit::new(0u8); 10];
+        let err = pread_exact(&f, &mut room, 99_995).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+
+        let (mut a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 5];
+        read_exact(&b, as_room(&mut buf)).unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+}
