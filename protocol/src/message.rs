@@ -157,7 +157,14 @@ pub enum Request {
     List(ListRequest),
     Status,
     ReadFirst(FirstRequest),
+    /// Several chunks owned by the same slot in one round trip (at most [`MAX_BATCH`], and at most
+    /// `Limits::RESPONSE.max_payload` bytes of chunk data in all).
+    ReadChunks(Vec<ChunkRequest>),
 }
+
+/// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
+/// in one message).
+pub const MAX_BATCH: usize = 64;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Response {
@@ -178,6 +185,10 @@ pub enum Response {
         meta: ObjectMeta,
         chunk: Option<ChunkReply>,
     },
+    /// Answer to `ReadChunks`, one result per requested chunk, in order. Descriptors of `Fd` bodies
+    /// arrive together with the frame, in the same order; `Inline` bodies follow as the payload,
+    /// concatenated in the same order.
+    Chunks(Vec<Result<ChunkReply, WireError>>),
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@ pub fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut Room) -> Result
             Response::Error(e) => return Err(e.into()),
             other => return Err(Error::Protocol(format!("unexpected answer to ReadChunk: {other:?}"))),
         };
-        if receive_body(conn, &c, reply.fd, reply.payload_len, dst)? {
+        if receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, dst)? {
             return Ok(());
         }
         if req.recheck {
@@ -55,7 +55,7 @@ pub fn read_first(
     out.reserve_exact(size);
     let Some(c) = chunk else { return Ok((meta, true)) };
     let first = &mut out.spare_capacity_mut()[..size.min(chunk_size as usize)];
-    if !receive_body(conn, &c, reply.fd, reply.payload_len, first)? {
+    if !receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, first)? {
         let req = ChunkRequest {
             url: url.to_string(),
             etag: meta.etag.clone().unwrap_or_default(),
@@ -111,4 +111,53 @@ fn read_checked(file: &File, dst: &mut Room, offset: u64) -> Result<u32> {
         at += piece.len() as u64;
     }
     Ok(crc.finish())
+}
+
+/// Several chunks owned by one slot in one round trip; `dsts[i]` receives chunk `reqs[i]` (exactly
+/// its length). Chunks whose descriptor-served bytes fail their checksum are asked for again, one by
+/// one, with `recheck`.
+pub fn read_batch(conn: &mut Conn, reqs: &[ChunkRequest], dsts: &mut [&mut Room]) -> Result<()> {
+    let reply = conn.call(&Request::ReadChunks(reqs.to_vec()))?;
+    let results = match reply.response {
+        Response::Chunks(results) => results,
+        Response::Error(e) => return Err(e.into()),
+        other => return Err(Error::Protocol(format!("unexpected answer to ReadChunks: {other:?}"))),
+    };
+    if results.len() != reqs.len() {
+        return Err(Error::Protocol(format!("{} results for {} chunks", results.len(), reqs.len())));
+    }
+    let inline: u64 = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter(|c| c.body == ChunkBody::Inline)
+        .map(|c| c.len)
+        .sum();
+    if inline != u64::from(reply.payload_len) {
+        return Err(Error::Protocol("batch payload length differs from its inline chunks".into()));
+    }
+    let mut fds = reply.fds.into_iter();
+    let mut failed = None;
+    let mut recheck = Vec::new();
+    for (i, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(c) => {
+                let fd = if c.body == ChunkBody::Inline { None } else { fds.next() };
+                if !receive_body(conn, &c, fd, c.len as u32, dsts[i])? {
+                    recheck.push(i);
+                }
+            }
+            // The other chunks' bytes are still taken off the socket, so the connection stays usable.
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    for i in recheck {
+        let req = ChunkRequest { recheck: true, ..reqs[i].clone() };
+        read_chunk(conn, &req, dsts[i])?;
+    }
+    Ok(())
 }

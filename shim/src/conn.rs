@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use memarts_protocol::{
-    frame, FrameHead, Hello, Limits, Request, Response, Welcome, FRAME_HEAD_LEN, PROTOCOL_VERSION,
+    frame, FrameHead, Hello, Limits, Request, Response, Welcome, FRAME_HEAD_LEN, MAX_BATCH, PROTOCOL_VERSION,
 };
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
@@ -19,10 +19,10 @@ pub struct Conn {
     pub welcome: Welcome,
 }
 
-/// A response, the descriptor that came with it (if any), and the payload length still to be read.
+/// A response, the descriptors that came with it (in order), and the payload length still to be read.
 pub struct Reply {
     pub response: Response,
-    pub fd: Option<OwnedFd>,
+    pub fds: Vec<OwnedFd>,
     pub payload_len: u32,
 }
 
@@ -58,11 +58,11 @@ impl Conn {
         let bytes = frame::encode(request, 0)?;
         self.stream.write_all(&bytes)?;
         let mut head = [0u8; FRAME_HEAD_LEN];
-        let (filled, fd) = self.recv_head_with_fd(&mut head)?;
+        let (filled, fds) = self.recv_head_with_fds(&mut head)?;
         frame::read_head_sync(&mut self.stream, &mut head, filled)?;
         let (FrameHead { payload_len, .. }, response) =
             frame::finish_read_sync(&mut self.stream, head, Limits::RESPONSE)?;
-        Ok(Reply { response, fd, payload_len })
+        Ok(Reply { response, fds, payload_len })
     }
 
     /// Reads `dst.len()` payload bytes straight into `dst`.
@@ -71,35 +71,34 @@ impl Conn {
         Ok(())
     }
 
-    /// The first read of a frame, with room for one passed descriptor.
-    fn recv_head_with_fd(&mut self, head: &mut [u8; FRAME_HEAD_LEN]) -> Result<(usize, Option<OwnedFd>)> {
+    /// The first read of a frame, with room for the descriptors of a whole batch.
+    fn recv_head_with_fds(&mut self, head: &mut [u8; FRAME_HEAD_LEN]) -> Result<(usize, Vec<OwnedFd>)> {
         let sock = self.stream.as_raw_fd();
         loop {
-            let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+            let mut cmsg = nix::cmsg_space!([RawFd; MAX_BATCH]);
             let mut iov = [IoSliceMut::new(&mut head[..])];
             let msg = match recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
                 Ok(msg) => msg,
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => return Err(std::io::Error::from(e).into()),
             };
-            let mut fd = None;
+            let mut fds = Vec::new();
             for c in msg.cmsgs().map_err(|e| Error::Protocol(format!("control message: {e}")))? {
-                if let ControlMessageOwned::ScmRights(fds) = c {
-                    for raw in fds {
+                if let ControlMessageOwned::ScmRights(raws) = c {
+                    for raw in raws {
                         // SAFETY: the kernel just installed `raw` in our table for this message;
-                        // nothing else owns it, so wrapping it makes us its only owner (extra ones
-                        // are closed on drop).
-                        let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                        if fd.is_none() {
-                            fd = Some(owned);
-                        }
+                        // nothing else owns it, so wrapping it makes us its only owner.
+                        fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
                     }
                 }
+            }
+            if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+                return Err(Error::Protocol("more descriptors than a reply may carry".into()));
             }
             if msg.bytes == 0 {
                 return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
             }
-            return Ok((msg.bytes, fd));
+            return Ok((msg.bytes, fds));
         }
     }
 }

@@ -7,9 +7,9 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl};
+use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BATCH};
 
-use crate::chunk_io::{read_chunk, read_first};
+use crate::chunk_io::{read_batch, read_chunk, read_first};
 use crate::client::{parse, Client};
 use crate::error::{Error, Result};
 use crate::fill::{as_room, Room};
@@ -47,9 +47,12 @@ impl Client {
         if meta.size > cs {
             // Hits cost CPU (copy and checksum), misses cost waiting on the origin: when chunk 0 was
             // a hit, more threads than cores only add scheduling.
-            let workers = if warm { self.cfg.parallel.min(cores()) } else { self.cfg.parallel };
             let rest = &mut out.spare_capacity_mut()[cs as usize..size];
-            self.read_pieces(&url_text, &meta, cs, rest, workers)?;
+            if warm {
+                self.read_batched(&url_text, &meta, cs, rest)?;
+            } else {
+                self.read_pieces(&url_text, &meta, cs, rest, self.cfg.parallel)?;
+            }
         }
         // SAFETY: read_first wrote bytes 0..min(cs, size) and read_pieces (which returned Ok, so it
         // filled all of its room) wrote cs..size; the capacity is at least `size`.
@@ -130,18 +133,72 @@ impl Client {
         }
     }
 
+    /// Reads the chunks covering `dst` (from the chunk-aligned `offset` to the end of the object) in
+    /// batches, one round trip per batch of chunks of one slot, spread over the cores: the path for
+    /// data that is expected to be cached, where round trips, not the origin, are the cost.
+    fn read_batched(&self, url: &str, meta: &ObjectMeta, offset: u64, dst: &mut Room) -> Result<()> {
+        let parsed = parse(url)?;
+        let etag = meta.etag.as_deref().unwrap_or_default();
+        let target = Target {
+            url: &parsed,
+            url_text: parsed.to_string(),
+            etag,
+            size: meta.size,
+            chunk_size: self.cfg.chunk_size,
+        };
+        let pieces = plan(&target, offset, dst);
+        let workers = self.cfg.parallel.min(cores()).clamp(1, pieces.len().max(1));
+        let by_bytes =
+            (memarts_protocol::Limits::RESPONSE.max_payload as u64 / target.chunk_size).max(1) as usize;
+        let per_batch = pieces.len().div_ceil(workers).clamp(1, MAX_BATCH.min(by_bytes));
+        let mut by_slot: std::collections::BTreeMap<u32, Vec<Piece<'_>>> = Default::default();
+        for piece in pieces {
+            by_slot
+                .entry(chunk_owner(target.url, target.chunk_size, piece.index, self.slots()))
+                .or_default()
+                .push(piece);
+        }
+        let mut batches = Vec::new();
+        for (slot, mut group) in by_slot {
+            while !group.is_empty() {
+                let rest = group.split_off(group.len().saturating_sub(per_batch));
+                batches.push((slot, rest));
+            }
+        }
+        let deadline = Instant::now() + self.cfg.deadline;
+        let queue = Mutex::new(batches);
+        let failure: Mutex<Option<Error>> = Mutex::new(None);
+        let work = || loop {
+            if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                return;
+            }
+            let Some((slot, mut batch)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
+                return;
+            };
+            let reqs: Vec<ChunkRequest> = batch.iter().map(|p| target.request(p.index)).collect();
+            let mut dsts: Vec<&mut Room> = batch.iter_mut().map(|p| &mut *p.dst).collect();
+            if let Err(e) = self.with_slot(slot, deadline, |conn| read_batch(conn, &reqs, &mut dsts)) {
+                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                return;
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..workers {
+                s.spawn(work);
+            }
+            work();
+        });
+        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     fn fetch_piece(&self, t: &Target<'_>, piece: Piece<'_>, deadline: Instant) -> Result<()> {
         let start = piece.index * t.chunk_size;
         let chunk_len = (t.size - start).min(t.chunk_size) as usize;
         let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
-        let req = ChunkRequest {
-            url: t.url_text.clone(),
-            etag: t.etag.to_string(),
-            object_size: t.size,
-            chunk_size: t.chunk_size,
-            index: piece.index,
-            recheck: false,
-        };
+        let req = t.request(piece.index);
         if piece.skip == 0 && piece.dst.len() == chunk_len {
             return self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, piece.dst));
         }
@@ -156,6 +213,19 @@ impl Client {
             d.write(*s);
         }
         Ok(())
+    }
+}
+
+impl Target<'_> {
+    fn request(&self, index: u64) -> ChunkRequest {
+        ChunkRequest {
+            url: self.url_text.clone(),
+            etag: self.etag.to_string(),
+            object_size: self.size,
+            chunk_size: self.chunk_size,
+            index,
+            recheck: false,
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+mod batch;
 mod cache_hits;
 mod capacity;
 mod cli_data;

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memarts_protocol::{
-    frame, ChunkBody, ChunkReply, ErrorCode, FrameError, Limits, Request, Response, Welcome, WireError,
-    PROTOCOL_VERSION,
+    frame, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FrameError, Limits, Request, Response, Welcome,
+    WireError, MAX_BATCH, PROTOCOL_VERSION,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-use super::fdpass::send_with_fd;
+use super::fdpass::send_with_fds;
 use crate::cache::{Cache, ChunkOutcome};
 
 /// Settings every connection of a slot shares.
@@ -127,40 +127,93 @@ async fn serve_inner(
                 send(stream, &reply, settings).await?;
             }
             Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
+            Request::ReadChunks(reqs) => send_batch(stream, settings, cache, reqs).await?,
         }
     }
 }
 
-/// Sends a chunk, wrapped in the response `wrap` builds: a passed descriptor for large hits, an
-/// inline payload otherwise.
+/// A chunk outcome as it goes on the wire: its reply, the descriptor passed with it (large hits),
+/// or its bytes as payload (small hits and misses).
+fn chunk_parts(outcome: ChunkOutcome) -> (ChunkReply, Option<Arc<std::fs::File>>, Option<bytes::Bytes>) {
+    match outcome {
+        ChunkOutcome::Fd(chunk) => {
+            let reply = ChunkReply {
+                len: chunk.len,
+                crc32c: chunk.crc32c,
+                body: ChunkBody::Fd { offset: chunk.data_offset },
+                from_cache: true,
+            };
+            (reply, Some(chunk.file), None)
+        }
+        ChunkOutcome::Bytes { data, crc32c, from_cache } => {
+            let reply = ChunkReply { len: data.len() as u64, crc32c, body: ChunkBody::Inline, from_cache };
+            (reply, None, Some(data))
+        }
+    }
+}
+
+/// Sends one chunk, wrapped in the response `wrap` builds.
 async fn send_chunk(
     stream: &mut UnixStream,
     settings: &ConnSettings,
     outcome: ChunkOutcome,
     wrap: impl FnOnce(ChunkReply) -> Response,
 ) -> Result<(), ConnError> {
-    match outcome {
-        ChunkOutcome::Fd(chunk) => {
-            let reply = wrap(ChunkReply {
-                len: chunk.len,
-                crc32c: chunk.crc32c,
-                body: ChunkBody::Fd { offset: chunk.data_offset },
-                from_cache: true,
-            });
-            let bytes = frame::encode(&reply, 0)?;
-            with_timeout(settings, "sending a reply", send_with_fd(stream, &bytes, chunk.file.as_fd())).await
-        }
-        ChunkOutcome::Bytes { data, crc32c, from_cache } => {
-            let reply =
-                wrap(ChunkReply { len: data.len() as u64, crc32c, body: ChunkBody::Inline, from_cache });
-            let head = frame::encode(&reply, data.len())?;
-            with_timeout(settings, "sending a reply", async {
-                stream.write_all(&head).await?;
-                stream.write_all(&data).await
-            })
-            .await
+    let (reply, fd, data) = chunk_parts(outcome);
+    send_with(stream, settings, &wrap(reply), fd.as_slice(), data.as_slice()).await
+}
+
+/// Serves `ReadChunks`: every chunk at once (misses fetched concurrently), then one frame with all
+/// descriptors and all inline bytes, in request order.
+async fn send_batch(
+    stream: &mut UnixStream,
+    settings: &ConnSettings,
+    cache: &Arc<Cache>,
+    reqs: Vec<ChunkRequest>,
+) -> Result<(), ConnError> {
+    let total: u64 = reqs.iter().filter_map(|r| r.range()).map(|r| r.end - r.start).sum();
+    if reqs.len() > MAX_BATCH || total > u64::from(Limits::RESPONSE.max_payload) {
+        let why = format!(
+            "a batch of {} chunks ({total} bytes) exceeds {MAX_BATCH} chunks or {} bytes",
+            reqs.len(),
+            Limits::RESPONSE.max_payload
+        );
+        return send(stream, &Response::Error(WireError::new(ErrorCode::BadRequest, why)), settings).await;
+    }
+    let outcomes = futures::future::join_all(reqs.iter().map(|r| cache.read_chunk(r))).await;
+    let (mut results, mut fds, mut payload) = (Vec::new(), Vec::new(), Vec::new());
+    for outcome in outcomes {
+        match outcome {
+            Ok(o) => {
+                let (reply, fd, data) = chunk_parts(o);
+                results.push(Ok(reply));
+                fds.extend(fd);
+                payload.extend(data);
+            }
+            Err(e) => results.push(Err(e)),
         }
     }
+    send_with(stream, settings, &Response::Chunks(results), &fds, &payload).await
+}
+
+/// Sends `response` with `fds` passed on its first byte and `payload` after it.
+async fn send_with(
+    stream: &mut UnixStream,
+    settings: &ConnSettings,
+    response: &Response,
+    fds: &[Arc<std::fs::File>],
+    payload: &[bytes::Bytes],
+) -> Result<(), ConnError> {
+    let bytes = frame::encode(response, payload.iter().map(|p| p.len()).sum())?;
+    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+    with_timeout(settings, "sending a reply", async {
+        send_with_fds(stream, &bytes, &borrowed).await?;
+        for part in payload {
+            stream.write_all(part).await?;
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// Reads one request; a frame with a payload (no request of this version has one), a malformed frame

@@ -11,15 +11,17 @@ use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 
-/// Writes all of `frame`, passing `fd` with its first byte.
-pub async fn send_with_fd(stream: &mut UnixStream, frame: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
-    let raw = fd.as_raw_fd();
+/// Writes all of `frame`, passing `fds` with its first byte.
+pub async fn send_with_fds(stream: &mut UnixStream, frame: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    if fds.is_empty() {
+        return stream.write_all(frame).await;
+    }
+    let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let sock = stream.as_raw_fd();
     let sent = loop {
         stream.writable().await?;
         let attempt = stream.try_io(Interest::WRITABLE, || {
-            let fds = [raw];
-            let cmsg = [ControlMessage::ScmRights(&fds)];
+            let cmsg = [ControlMessage::ScmRights(&raw)];
             sendmsg::<()>(sock, &[IoSlice::new(frame)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)
                 .map_err(io::Error::from)
         });
