@@ -8,6 +8,7 @@ mod cache_hits;
 mod capacity;
 mod cli_data;
 mod consistency;
+mod fork;
 mod protocol_abuse;
 mod reads;
 mod restart;
