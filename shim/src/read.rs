@@ -108,29 +108,8 @@ impl Client {
         };
         let pieces = plan(&target, offset, &mut dst[..len]);
         let deadline = Instant::now() + self.cfg.deadline;
-        let workers = workers.clamp(1, pieces.len().max(1));
-        let queue = Mutex::new(pieces);
-        let failure: Mutex<Option<Error>> = Mutex::new(None);
-        let work = || loop {
-            if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-                return;
-            }
-            let Some(piece) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else { return };
-            if let Err(e) = self.fetch_piece(&target, piece, deadline) {
-                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                return;
-            }
-        };
-        std::thread::scope(|s| {
-            for _ in 1..workers {
-                s.spawn(work);
-            }
-            work();
-        });
-        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(len),
-        }
+        run_parallel(workers, pieces, |piece| self.fetch_piece(&target, piece, deadline))?;
+        Ok(len)
     }
 
     /// Reads the chunks covering `dst` (from the chunk-aligned `offset` to the end of the object) in
@@ -166,32 +145,11 @@ impl Client {
             }
         }
         let deadline = Instant::now() + self.cfg.deadline;
-        let queue = Mutex::new(batches);
-        let failure: Mutex<Option<Error>> = Mutex::new(None);
-        let work = || loop {
-            if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-                return;
-            }
-            let Some((slot, mut batch)) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
-                return;
-            };
+        run_parallel(workers, batches, |(slot, mut batch)| {
             let reqs: Vec<ChunkRequest> = batch.iter().map(|p| target.request(p.index)).collect();
             let mut dsts: Vec<&mut Room> = batch.iter_mut().map(|p| &mut *p.dst).collect();
-            if let Err(e) = self.with_slot(slot, deadline, |conn| read_batch(conn, &reqs, &mut dsts)) {
-                failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                return;
-            }
-        };
-        std::thread::scope(|s| {
-            for _ in 1..workers {
-                s.spawn(work);
-            }
-            work();
-        });
-        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+            self.with_slot(slot, deadline, |conn| read_batch(conn, &reqs, &mut dsts))
+        })
     }
 
     fn fetch_piece(&self, t: &Target<'_>, piece: Piece<'_>, deadline: Instant) -> Result<()> {
@@ -244,6 +202,34 @@ fn plan<'a>(t: &Target<'_>, offset: u64, mut dst: &'a mut Room) -> Vec<Piece<'a>
     }
     pieces.reverse();
     pieces
+}
+
+/// Runs `job` over `jobs` (taken from the back) on at most `workers` threads, the calling one
+/// included; stops handing out jobs after the first failure and returns it.
+fn run_parallel<T: Send>(workers: usize, jobs: Vec<T>, job: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
+    let workers = workers.clamp(1, jobs.len().max(1));
+    let queue = Mutex::new(jobs);
+    let failure: Mutex<Option<Error>> = Mutex::new(None);
+    let work = || loop {
+        if failure.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return;
+        }
+        let Some(next) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else { return };
+        if let Err(e) = job(next) {
+            failure.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            return;
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..workers {
+            s.spawn(work);
+        }
+        work();
+    });
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 fn cores() -> usize {
