@@ -82,6 +82,7 @@ pub struct Cache {
     meta: MetaCache,
     open: OpenChunks,
     flights: Arc<Flights<Result<Fetched, WireError>>>,
+    heads: Arc<Flights<Result<ObjectMeta, WireError>>>,
     index_ready: AtomicBool,
     started: Instant,
     pub stats: Stats,
@@ -105,6 +106,7 @@ impl Cache {
             meta,
             open: OpenChunks::new(MAX_OPEN_CHUNKS),
             flights: Arc::default(),
+            heads: Arc::default(),
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
             stats: Stats::default(),
@@ -120,7 +122,8 @@ impl Cache {
     }
 
     /// Metadata of `url`, from the metadata cache while fresh, else from the origin.
-    pub async fn stat(&self, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {
+    /// Concurrent misses of one URL share one HEAD request (single-flight, as chunk fills do).
+    pub async fn stat(self: &Arc<Self>, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {
         let parsed = parse_url(url)?;
         let key = parsed.to_string();
         if !refresh {
@@ -128,9 +131,23 @@ impl Cache {
                 return Ok(meta);
             }
         }
-        let meta = self.origin.head(&parsed).await?;
-        self.meta.put(key, meta.clone());
-        Ok(meta)
+        let flight = xxhash_rust::xxh3::xxh3_128(key.as_bytes());
+        let this = self.clone();
+        let (meta, _) = self
+            .heads
+            .join(
+                flight,
+                move |leader| async move {
+                    let meta = this.origin.head(&parsed).await.map_err(WireError::from);
+                    if let Ok(m) = &meta {
+                        this.meta.put(key, m.clone());
+                    }
+                    leader.publish(meta);
+                },
+                || Err(WireError::new(ErrorCode::Internal, "the metadata request was abandoned")),
+            )
+            .await;
+        meta
     }
 
     pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {

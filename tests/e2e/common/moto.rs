@@ -142,8 +142,12 @@ impl Moto {
 
     /// GET requests moto has seen for `bucket` so far.
     pub fn gets(&self, bucket: &str) -> usize {
-        let prefix = format!("GET /{bucket}/");
-        self.log.lock().unwrap().iter().filter(|l| l.starts_with(&prefix)).count()
+        self.requests(&format!("GET /{bucket}/"))
+    }
+
+    /// Logged requests whose line starts with `prefix`, e.g. `HEAD /bucket/key`.
+    pub fn requests(&self, prefix: &str) -> usize {
+        self.log.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
     }
 
     /// Waits until moto's log has caught up (it is read by a thread) and returns the GET count.
