@@ -199,3 +199,34 @@ fn the_pread_engine_can_be_selected_and_serves_the_same_cache() {
     assert_eq!(fleet.client(CS).read(&url).unwrap(), want);
     assert_eq!(moto().gets_settled(&bucket), gets, "chunks written by io_uring are served by pread");
 }
+
+#[test]
+fn start_proxy_says_which_slot_failed_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"a file where the cache dir should be").unwrap();
+    let out = std::process::Command::new(crate::common::fleet::memarts_bin())
+        .args(["start_proxy", "2", "--cache-dir"])
+        .arg(&blocker)
+        .env("MEMARTS_RUN_DIR", dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "start_proxy succeeded over an unusable cache dir");
+    let err = text(&out.stderr);
+    assert!(err.contains("slot 0") && err.contains("slot 1"), "{err}");
+    assert!(err.contains("cache dir") && err.contains("not-a-dir"), "the reason is missing: {err}");
+    // Nothing is left running: a second attempt with a good cache dir starts cleanly.
+    let out = std::process::Command::new(crate::common::fleet::memarts_bin())
+        .args(["start_proxy", "1", "--cache-dir"])
+        .arg(dir.path().join("cache"))
+        .env("MEMARTS_RUN_DIR", dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = std::process::Command::new(crate::common::fleet::memarts_bin())
+        .args(["stop_proxy"])
+        .env("MEMARTS_RUN_DIR", dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
