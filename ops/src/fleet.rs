@@ -119,6 +119,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGTERM);
         }
+        // Slots that failed have exited; their files go now (live ones keep theirs until they exit).
+        let _ = clean_stale(&cfg.run_dir);
+        let _ = std::fs::remove_file(cfg.fleet_file());
         bail!("the fleet did not start:\n  {}\n(the slots that started were stopped)", failures.join("\n  "));
     }
     ready.sort_by_key(|r| r.slot);
