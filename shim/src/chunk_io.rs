@@ -8,7 +8,7 @@ use memarts_protocol::{ChunkBody, ChunkReply, ChunkRequest, FirstRequest, Object
 
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::fill::{assume_filled, pread_exact, Room};
+use crate::fill::{assume_filled, pread_exact, Room, Sink};
 
 /// One chunk into `dst` (exactly the chunk's length). A descriptor-served chunk that fails its
 /// checksum is asked for again with `recheck` (the slot drops its copy and refetches it).
@@ -34,14 +34,14 @@ pub fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut Room) -> Result
     }
 }
 
-/// Metadata and chunk 0 of `url` in one round trip. `out` is emptied and given the capacity of the
-/// whole object, with chunk 0 written into its spare capacity (its length stays 0: the caller sets
-/// it once every byte is written). Also says whether chunk 0 came from the cache.
+/// Metadata and chunk 0 of `url` in one round trip: once the size is known, `sink` is asked for room
+/// for the whole object and chunk 0 is written at its start. Also says whether chunk 0 came from
+/// the cache.
 pub fn read_first(
     conn: &mut Conn,
     url: &str,
     chunk_size: u64,
-    out: &mut Vec<u8>,
+    sink: &mut dyn Sink,
 ) -> Result<(ObjectMeta, bool)> {
     let request = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
     let reply = conn.call(&Request::ReadFirst(request))?;
@@ -51,10 +51,9 @@ pub fn read_first(
         other => return Err(Error::Protocol(format!("unexpected answer to ReadFirst: {other:?}"))),
     };
     let size = usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
-    out.clear();
-    out.reserve_exact(size);
+    sink.reserve(size)?;
     let Some(c) = chunk else { return Ok((meta, true)) };
-    let first = &mut out.spare_capacity_mut()[..size.min(chunk_size as usize)];
+    let first = &mut sink.room()[..size.min(chunk_size as usize)];
     if !receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, first)? {
         let req = ChunkRequest {
             url: url.to_string(),

@@ -11,6 +11,49 @@ use std::os::fd::{AsRawFd, RawFd};
 /// Uninitialised (or initialised, it makes no difference) room for bytes.
 pub type Room = [MaybeUninit<u8>];
 
+/// Where a whole-object read puts its bytes. It is asked for room once the object's size is known
+/// (after the first round trip), so the destination (a `Vec`, a Python `bytes`) is allocated once,
+/// at its final size, and filled in place.
+pub trait Sink {
+    /// Makes room for exactly `size` bytes; may be called again (a retried read) with a new size.
+    fn reserve(&mut self, size: usize) -> crate::Result<()>;
+    /// The reserved room; it stays at the same address until the next `reserve`.
+    fn room(&mut self) -> &mut Room;
+}
+
+/// A `Vec<u8>` filled in its spare capacity; `finish` sets its length once every byte is written.
+#[derive(Default)]
+pub struct VecSink {
+    vec: Vec<u8>,
+    size: usize,
+}
+
+impl Sink for VecSink {
+    fn reserve(&mut self, size: usize) -> crate::Result<()> {
+        self.vec.clear();
+        self.vec.reserve_exact(size);
+        self.size = size;
+        Ok(())
+    }
+
+    fn room(&mut self) -> &mut Room {
+        &mut self.vec.spare_capacity_mut()[..self.size]
+    }
+}
+
+impl VecSink {
+    /// The filled vector.
+    ///
+    /// # Safety
+    /// Every byte of the room must have been written.
+    pub unsafe fn finish(mut self) -> Vec<u8> {
+        // SAFETY: the caller guarantees the `size` reserved bytes were all written, and the
+        // capacity is at least `size`.
+        unsafe { self.vec.set_len(self.size) };
+        self.vec
+    }
+}
+
 /// Views an initialised slice as room. Writing initialised bytes into it keeps it initialised.
 pub fn as_room(buf: &mut [u8]) -> &mut Room {
     // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; every write through the returned slice

@@ -20,4 +20,5 @@ mod read;
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
 pub use error::{Error, Result};
+pub use fill::{Room, Sink, VecSink};
 pub use memarts_protocol::{ListEntry, ObjectMeta, SlotStatus};

@@ -12,7 +12,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 use crate::chunk_io::{read_batch, read_chunk, read_first};
 use crate::client::{parse, Client};
 use crate::error::{Error, Result};
-use crate::fill::{as_room, Room};
+use crate::fill::{as_room, Room, Sink, VecSink};
 
 /// One chunk's share of a read: the chunk, and where its wanted bytes go.
 struct Piece<'a> {
@@ -35,29 +35,30 @@ impl Client {
     /// The whole object. Metadata and the first chunk come in one round trip from the owner of
     /// chunk 0; the other chunks follow in parallel, pinned to the ETag that round trip returned.
     pub fn read(&self, url: &str) -> Result<Vec<u8>> {
+        let mut sink = VecSink::default();
+        self.read_to(url, &mut sink)?;
+        // SAFETY: read_to returned Ok, so it wrote every byte of the room it reserved.
+        Ok(unsafe { sink.finish() })
+    }
+
+    /// The whole object into `sink`, which is asked for room once the size is known. On `Ok` every
+    /// byte of that room has been written.
+    pub fn read_to(&self, url: &str, sink: &mut dyn Sink) -> Result<ObjectMeta> {
         let parsed = parse(url)?;
         let url_text = parsed.to_string();
         let cs = self.cfg.chunk_size;
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
-        let mut out = Vec::new();
-        let (meta, warm) =
-            self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, &mut out))?;
-        let size = meta.size as usize;
+        let (meta, warm) = self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, sink))?;
         if meta.size > cs {
-            // Hits cost CPU (copy and checksum), misses cost waiting on the origin: when chunk 0 was
-            // a hit, more threads than cores only add scheduling.
-            let rest = &mut out.spare_capacity_mut()[cs as usize..size];
+            let rest = &mut sink.room()[cs as usize..];
             if warm {
                 self.read_batched(&url_text, &meta, cs, rest)?;
             } else {
                 self.read_pieces(&url_text, &meta, cs, rest, self.cfg.parallel)?;
             }
         }
-        // SAFETY: read_first wrote bytes 0..min(cs, size) and read_pieces (which returned Ok, so it
-        // filled all of its room) wrote cs..size; the capacity is at least `size`.
-        unsafe { out.set_len(size) };
-        Ok(out)
+        Ok(meta)
     }
 
     /// `len` bytes from `offset` (fewer at the end of the object).
