@@ -10,14 +10,19 @@ all: build
 build:
 	$(CARGO) build --release --bins
 
-# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback.
+# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback, pytest, and
+# numpy + Pillow for the MoXing usage examples.
 deps-test:
-	@$(PYTHON) -c "import moto.server" 2>/dev/null || $(PYTHON) -m pip install --quiet 'moto[server]>=5.1'
+	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL" 2>/dev/null || \
+		$(PYTHON) -m pip install --quiet --disable-pip-version-check 'moto[server]>=5.1' pytest numpy pillow
 
-# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes).
+# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes),
+# then the Python package built by maturin and its tests against a real fleet.
 test: deps-test
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
+	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 
 lint:
 	$(CARGO) fmt --all -- --check

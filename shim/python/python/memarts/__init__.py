@@ -1,0 +1,15 @@
+"""memarts: a near-compute cache for training data, with the MoXing file API.
+
+Existing MoXing scripts run unchanged after ``import memarts as mox``::
+
+    import memarts as mox
+    data = mox.file.read('obs://bucket/dir/a.jpg', binary=True)
+
+The heavy work happens in the node's proxy fleet (``memarts start_proxy N``); this package is the
+light client every worker loads.
+"""
+
+from . import errors, file
+from .errors import Error
+
+__all__ = ["Error", "errors", "file"]

@@ -1,0 +1,57 @@
+"""Exceptions raised by memarts, one per error code of the wire protocol.
+
+Every class derives from :class:`Error`; the ones with an obvious Python counterpart also derive from
+it, so ``except FileNotFoundError`` works for a missing object just as it does for a missing file.
+"""
+
+
+class Error(Exception):
+    """Base class of every memarts error."""
+
+
+class NotFoundError(Error, FileNotFoundError):
+    """The object (or prefix) does not exist."""
+
+
+class StaleError(Error):
+    """The object changed at the origin while it was being read; read it again."""
+
+
+class PermissionDeniedError(Error, PermissionError):
+    """The origin refused the credentials, or this user may not use the fleet."""
+
+
+class OriginError(Error, OSError):
+    """The object store failed after every retry."""
+
+
+class CorruptError(Error):
+    """Cached data failed its checksum and there is no origin copy to replace it."""
+
+
+class NoSpaceError(Error, OSError):
+    """The cache has no room for the data."""
+
+
+class BadRequestError(Error, ValueError):
+    """A malformed URL, chunk size or range."""
+
+
+class UnavailableError(Error, ConnectionError):
+    """No fleet answered before the deadline (``MEMARTS_TIMEOUT``)."""
+
+
+class InternalError(Error):
+    """A bug or unexpected failure inside a proxy."""
+
+
+class ProtocolError(Error):
+    """A proxy answered something this client cannot understand (version mismatch?)."""
+
+
+class ConfigError(Error, ValueError):
+    """An environment variable or argument is malformed."""
+
+
+class IoError(Error, OSError):
+    """A local I/O failure."""

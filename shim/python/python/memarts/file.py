@@ -1,0 +1,277 @@
+"""``memarts.file``: the MoXing file API (``mox.file.read``, ``copy``, ``File``...) over a memarts fleet.
+
+Paths are object URLs (``s3://``, ``obs://``, ``oss://`` name buckets on the configured endpoint) or
+local paths (plain or ``file://``), which work everywhere. Object reads go through the node's proxy
+fleet: the first read of a chunk fetches it from the object store, every later read comes from the
+local SSD cache.
+
+Environment (read when this module is imported; a malformed value raises ``ConfigError`` naming it):
+``MOX_COPY_PARALLEL_THREADS`` (16), ``MOX_OBS_TO_MOUNT_PATH`` (``obs://a=/cache/a;obs://b=/cache/b``),
+``MOX_AUTO_READ_META_FREE`` (0); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
+are read by the client when it first connects.
+
+Not in this version yet (they raise ``BadRequestError`` saying so): uploads (``copy`` to an object
+URL, ``File`` in write mode on an object URL), ``write_memarts`` and ``memarts_only`` reads, and
+reading objects without a running fleet.
+"""
+
+import io
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from . import _memarts
+from .errors import BadRequestError, ConfigError, NotFoundError
+
+_REMOTE = ("s3://", "obs://", "oss://", "s3a://")
+
+
+def _env_int(name, default, low, high):
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not a whole number") from None
+    if not low <= n <= high:
+        raise ConfigError(f"{name}={n} is outside {low}..{high}")
+    return n
+
+
+def _env_flag(name):
+    value = os.environ.get(name, "").strip()
+    if value in ("", "0"):
+        return False
+    if value == "1":
+        return True
+    raise ConfigError(f"{name}={value!r} must be 0 or 1")
+
+
+def _env_mounts(name):
+    value = os.environ.get(name, "").strip()
+    mounts = []
+    for item in filter(None, (part.strip() for part in value.split(";"))):
+        prefix, sep, local = item.partition("=")
+        if not sep or not prefix.lower().startswith(_REMOTE) or not local:
+            raise ConfigError(f"{name}: {item!r} is not of the form obs://bucket/dir=/local/dir")
+        mounts.append((prefix.rstrip("/"), local.rstrip("/")))
+    # Longest prefix first, so obs://b/dir/sub wins over obs://b/dir.
+    return sorted(mounts, key=lambda m: len(m[0]), reverse=True)
+
+
+PARALLEL_THREADS = _env_int("MOX_COPY_PARALLEL_THREADS", 16, 1, 1024)
+AUTO_READ_META_FREE = _env_flag("MOX_AUTO_READ_META_FREE")
+MOUNTS = _env_mounts("MOX_OBS_TO_MOUNT_PATH")
+
+_client = None
+_client_lock = threading.Lock()
+
+
+def _fleet():
+    """The process's client of the fleet, created on first use (and usable after fork)."""
+    global _client
+    if _client is None:
+        with _client_lock:
+            if _client is None:
+                _client = _memarts.Client()
+    return _client
+
+
+def _is_remote(path):
+    return isinstance(path, str) and path.lower().startswith(_REMOTE)
+
+
+def _local_path(path):
+    """The local path `path` names: itself, a ``file://`` URL, or a mounted object prefix; else None."""
+    path = os.fspath(path)
+    if path.startswith("file://"):
+        return path[len("file://"):]
+    if not _is_remote(path):
+        if "://" in path:
+            raise BadRequestError(f"unsupported URL scheme in {path!r} (use s3://, obs://, oss://, file:// or a path)")
+        return path
+    for prefix, local in MOUNTS:
+        if path == prefix or path.startswith(prefix + "/"):
+            return local + path[len(prefix):]
+    return None
+
+
+def read(path, binary=False):
+    """The whole file or object, as ``bytes`` (``binary=True``) or as a ``str`` (UTF-8)."""
+    local = _local_path(path)
+    if local is not None:
+        with open(local, "rb") as f:
+            data = f.read()
+    else:
+        data = _fleet().read(path)
+    return data if binary else data.decode("utf-8")
+
+
+def read_meta_free(path, binary=False, memarts_only=False):
+    """Like :func:`read`, for very large datasets: no metadata is fetched ahead of the data (the
+    fleet returns the size with the first chunk, in one round trip)."""
+    if memarts_only:
+        raise BadRequestError("memarts_only reads need write_memarts, which this version does not have yet")
+    return read(path, binary=binary)
+
+
+def exists(path):
+    """Whether a file, object or directory (object prefix) exists."""
+    local = _local_path(path)
+    if local is not None:
+        return os.path.exists(local)
+    try:
+        _fleet().stat(path)
+        return True
+    except NotFoundError:
+        return is_directory(path)
+
+
+def get_size(path):
+    """Size in bytes of a file or object."""
+    local = _local_path(path)
+    if local is not None:
+        return os.path.getsize(local)
+    return _fleet().stat(path)[0]
+
+
+def is_directory(path):
+    """Whether `path` is a directory (for objects: a prefix with something below it)."""
+    local = _local_path(path)
+    if local is not None:
+        return os.path.isdir(local)
+    return bool(_fleet().list(path.rstrip("/"), False))
+
+
+def _relative(base, url):
+    base = base.rstrip("/") + "/"
+    return url[len(base):] if url.startswith(base) else url.rsplit("/", 1)[-1]
+
+
+def _canonical(path):
+    # The fleet names every cloud scheme s3://; answer in the caller's scheme.
+    scheme, sep, rest = path.partition("://")
+    return "s3://" + rest if sep else path
+
+
+def list_directory(path, recursive=False):
+    """Names under `path`: one level (files and directories), or every file below it."""
+    local = _local_path(path)
+    if local is not None:
+        if not recursive:
+            return sorted(os.listdir(local))
+        out = []
+        for root, _dirs, files in os.walk(local):
+            out.extend(os.path.relpath(os.path.join(root, f), local) for f in files)
+        return sorted(out)
+    base = _canonical(path)
+    return sorted(_relative(base, url) for url, _is_dir, _size in _fleet().list(path.rstrip("/"), recursive))
+
+
+def walk(top):
+    """Like ``os.walk``: yields ``(dirpath, dirnames, filenames)`` top-down."""
+    local = _local_path(top)
+    if local is not None:
+        yield from os.walk(local)
+        return
+    top = top.rstrip("/")
+    tree = {"": (set(), [])}
+    for name in list_directory(top, recursive=True):
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[: depth - 1])
+            tree.setdefault(parent, (set(), []))[0].add(parts[depth - 1])
+            tree.setdefault("/".join(parts[:depth]), (set(), []))
+        tree.setdefault("/".join(parts[:-1]), (set(), []))[1].append(parts[-1])
+    for rel in sorted(tree):
+        dirs, files = tree[rel]
+        yield (top + "/" + rel if rel else top), sorted(dirs), sorted(files)
+
+
+def copy(src_url, dst_url):
+    """Copies one file: object to local, or local to local."""
+    dst = _local_path(dst_url)
+    if dst is None:
+        raise BadRequestError(f"copy to {dst_url}: uploads to the object store are not in this version yet")
+    src = _local_path(src_url)
+    data = read(src_url, binary=True) if src is None else None
+    parent = os.path.dirname(dst)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    tmp = f"{dst}.memarts-{os.getpid()}-{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as out:
+            if data is not None:
+                out.write(data)
+            else:
+                with open(src, "rb") as f:
+                    while True:
+                        block = f.read(8 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+        os.replace(tmp, dst)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def copy_parallel(src_url, dst_url):
+    """Copies a directory tree, ``MOX_COPY_PARALLEL_THREADS`` files at a time."""
+    names = list_directory(src_url, recursive=True)
+    src = src_url.rstrip("/")
+    dst = dst_url.rstrip("/")
+    with ThreadPoolExecutor(max_workers=PARALLEL_THREADS) as pool:
+        for done in pool.map(lambda n: copy(f"{src}/{n}", f"{dst}/{n}"), names):
+            del done
+
+
+class _ObjectRaw(io.RawIOBase):
+    """A seekable, readable raw stream over one object version (reads by range through the fleet)."""
+
+    def __init__(self, url):
+        super().__init__()
+        self._url = url
+        self._size = _fleet().stat(url)[0]
+        self._pos = 0
+        self.name = url
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, b):
+        view = memoryview(b).cast("B")
+        n = min(len(view), self._size - self._pos)
+        if n <= 0:
+            return 0
+        data = _fleet().read_range(self._url, self._pos, n)
+        view[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self):
+        return self._pos
+
+
+def File(path, mode="r"):
+    """A file object: ``'r'`` (text) or ``'rb'`` with read, readline, iteration, seek, tell and
+    readinto; local paths accept every mode of ``open``."""
+    local = _local_path(path)
+    if local is not None:
+        return open(local, mode)
+    if mode not in ("r", "rb"):
+        raise BadRequestError(f"mode {mode!r} on an object URL: uploads are not in this version yet")
+    raw = _ObjectRaw(path)
+    buffered = io.BufferedReader(raw, buffer_size=_fleet().chunk_size)
+    return buffered if mode == "rb" else io.TextIOWrapper(buffered, encoding="utf-8")

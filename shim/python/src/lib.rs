@@ -1,0 +1,167 @@
+//! `memarts._memarts`: the Python face of the shim. The MoXing-style API (`memarts.file`) is a thin
+//! Python layer over this module.
+//!
+//! - I/O runs with the GIL released (`Python::detach`), so DataLoader threads read in parallel.
+//! - A whole-object read allocates its `bytes` once, when the size is known, and the shim fills it in
+//!   place: no intermediate buffer, no copy.
+//! - Errors become the `memarts.errors` hierarchy (which mirrors the wire's error codes; a missing
+//!   object is also a `FileNotFoundError`).
+
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+
+use memarts_shim::{Client as ShimClient, Error, Room, ShimConfig, Sink};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+/// Maps a shim error to the class of the same name in `memarts.errors`.
+fn to_py(py: Python<'_>, e: Error) -> PyErr {
+    let name = match &e {
+        Error::NotFound(_) => "NotFoundError",
+        Error::Stale(_) => "StaleError",
+        Error::PermissionDenied(_) => "PermissionDeniedError",
+        Error::Origin(_) => "OriginError",
+        Error::Corrupt(_) => "CorruptError",
+        Error::NoSpace(_) => "NoSpaceError",
+        Error::BadRequest(_) => "BadRequestError",
+        Error::Unavailable(_) => "UnavailableError",
+        Error::Config(_) => "ConfigError",
+        Error::Io(_) => "IoError",
+        Error::Protocol(_) => "ProtocolError",
+        _ => "InternalError",
+    };
+    let msg = e.to_string();
+    match py.import("memarts.errors").and_then(|m| m.getattr(name)) {
+        Ok(cls) => match cls.call1((msg.clone(),)) {
+            Ok(inst) => PyErr::from_value(inst),
+            Err(err) => err,
+        },
+        Err(_) => PyRuntimeError::new_err(msg),
+    }
+}
+
+/// A Python `bytes` allocated uninitialised once the object's size is known, filled in place.
+#[derive(Default)]
+struct BytesSink {
+    obj: Option<Py<PyBytes>>,
+    ptr: usize,
+    size: usize,
+}
+
+impl Sink for BytesSink {
+    fn reserve(&mut self, size: usize) -> memarts_shim::Result<()> {
+        let len = isize::try_from(size).map_err(|_| Error::BadRequest("object too large".into()))?;
+        let made = Python::attach(|py| {
+            // SAFETY: PyBytes_FromStringAndSize with a NULL buffer returns a new bytes object of
+            // `len` uninitialised bytes (or NULL with an exception set); we own the reference.
+            let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), len) };
+            if raw.is_null() {
+                return None;
+            }
+            // SAFETY: `raw` is a new, non-null, owned reference to a bytes object.
+            let obj: Py<PyBytes> = unsafe { Py::from_owned_ptr(py, raw) };
+            // SAFETY: `obj` is a bytes object; its buffer lives as long as the object.
+            let ptr = unsafe { ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+            Some((obj, ptr))
+        });
+        let (obj, ptr) = made.ok_or_else(|| Error::NoSpace(format!("cannot allocate {size} bytes")))?;
+        self.obj = Some(obj);
+        self.ptr = ptr;
+        self.size = size;
+        Ok(())
+    }
+
+    fn room(&mut self) -> &mut Room {
+        if self.size == 0 {
+            return &mut [];
+        }
+        // SAFETY: `ptr` points at the `size`-byte buffer of the bytes object we hold in `obj`; no
+        // Python code has seen that object yet, so nothing else reads or writes it meanwhile.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr as *mut MaybeUninit<u8>, self.size) }
+    }
+}
+
+/// A connection to the node's memarts fleet (proxy mode). Safe to share between threads and to keep
+/// across `fork`.
+#[pyclass(module = "memarts._memarts", frozen)]
+struct Client {
+    inner: ShimClient,
+}
+
+#[pymethods]
+impl Client {
+    /// Connects lazily to the fleet in `run_dir` (default: `MEMARTS_RUN_DIR`, else the standard run
+    /// dir). Settings come from the environment (`MOX_FILE_CHUNK_SIZE`, ...).
+    #[new]
+    #[pyo3(signature = (run_dir=None))]
+    fn new(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<Self> {
+        let mut cfg = ShimConfig::from_env().map_err(|e| to_py(py, e))?;
+        if let Some(dir) = run_dir {
+            cfg.run_dir = dir;
+        }
+        let inner = ShimClient::new(cfg).map_err(|e| to_py(py, e))?;
+        Ok(Client { inner })
+    }
+
+    /// The whole object as `bytes`.
+    fn read<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let mut sink = BytesSink::default();
+        py.detach(|| self.inner.read_to(url, &mut sink)).map_err(|e| to_py(py, e))?;
+        match sink.obj {
+            Some(obj) => Ok(obj.into_bound(py)),
+            None => Ok(PyBytes::new(py, b"")),
+        }
+    }
+
+    /// Up to `length` bytes from `offset`.
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let data = py.detach(|| self.inner.read_range(url, offset, length)).map_err(|e| to_py(py, e))?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// `(size, etag, last_modified_ms)`.
+    #[pyo3(signature = (url, refresh=false))]
+    fn stat(&self, py: Python<'_>, url: &str, refresh: bool) -> PyResult<(u64, Option<String>, i64)> {
+        let m = py.detach(|| self.inner.stat_opts(url, refresh)).map_err(|e| to_py(py, e))?;
+        Ok((m.size, m.etag, m.last_modified_ms))
+    }
+
+    /// `[(url, is_dir, size), ...]` under `url`: one level, or everything below with `recursive`.
+    #[pyo3(signature = (url, recursive=false))]
+    fn list(&self, py: Python<'_>, url: &str, recursive: bool) -> PyResult<Vec<(String, bool, u64)>> {
+        let entries = py.detach(|| self.inner.list(url, recursive)).map_err(|e| to_py(py, e))?;
+        Ok(entries.into_iter().map(|e| (e.url, e.is_dir, e.size)).collect())
+    }
+
+    /// Chunk size of this client's reads (`MOX_FILE_CHUNK_SIZE`).
+    #[getter]
+    fn chunk_size(&self) -> u64 {
+        self.inner.config().chunk_size
+    }
+}
+
+/// Whether a fleet answers in `run_dir` (default: the standard run dir).
+#[pyfunction]
+#[pyo3(signature = (run_dir=None))]
+fn fleet_running(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<bool> {
+    let dir = match run_dir {
+        Some(d) => d,
+        None => ShimConfig::from_env().map_err(|e| to_py(py, e))?.run_dir,
+    };
+    Ok(py.detach(|| memarts_shim::fleet_running(&dir)))
+}
+
+#[pymodule]
+fn _memarts(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_function(wrap_pyfunction!(fleet_running, m)?)?;
+    Ok(())
+}
