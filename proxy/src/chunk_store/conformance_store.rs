@@ -152,11 +152,20 @@ pub(super) async fn open_removes_stale_temp_files(engine: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
     drop(open(root.path(), &engine));
     let tmp = root.path().join("v1/tmp");
-    fs::write(tmp.join("0123.42.7.tmp"), b"half a chunk").unwrap();
+    // A writer that has exited, and one that still runs (another slot sharing the root).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let live = std::os::unix::process::parent_id();
+    let stale = tmp.join(format!("0123.{dead}.7.tmp"));
+    let busy = tmp.join(format!("0456.{live}.3.tmp"));
+    fs::write(&stale, b"half a chunk").unwrap();
+    fs::write(&busy, b"being written").unwrap();
     fs::create_dir(tmp.join("subdir")).unwrap();
     fs::write(tmp.join("subdir/keep"), b"x").unwrap();
     let store = open(root.path(), &engine);
-    assert!(!tmp.join("0123.42.7.tmp").exists());
+    assert!(!stale.exists(), "a dead writer's temp file is removed");
+    assert!(busy.exists(), "a live writer's temp file is kept");
     assert!(tmp.join("subdir/keep").exists(), "only regular files directly in tmp/ are removed");
     assert_eq!(store.scan().count(), 0);
 }

@@ -2,7 +2,9 @@
 //!
 //! Layout: `<root>/v1/chunks/<hex[0..2]>/<hex[2..4]>/<hex>` (32-hex [`ChunkId`]) and
 //! `<root>/v1/tmp/` for files being written. Directories are created 0700, files 0600.
-//! One store (process) per root: opening a store removes every temp file left in `tmp/`.
+//! Several processes may share a root (the slots of a fleet, embedded engines): temp files are
+//! named `<id>.<pid>.<serial>.tmp`, and opening a store removes only those whose writer process is
+//! gone.
 //!
 //! Crash safety: a chunk is written to a unique temp file and renamed into place, so a
 //! process crash at any instant leaves either a complete chunk or nothing visible. With
@@ -76,8 +78,8 @@ pub struct ChunkStore {
 }
 
 impl ChunkStore {
-    /// Creates the layout under `root` if needed and removes leftover temp files (regular
-    /// files directly in `tmp/`, nothing else). Blocking.
+    /// Creates the layout under `root` if needed and removes leftover temp files of processes that
+    /// no longer run (regular files directly in `tmp/`, nothing else). Blocking.
     pub fn open(root: impl AsRef<Path>, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
         let root = root.as_ref().to_path_buf();
         let chunks = root.join("v1").join("chunks");
@@ -88,7 +90,7 @@ impl ChunkStore {
         let mut removed = 0u64;
         for entry in fs::read_dir(&tmp)? {
             let entry = entry?;
-            if entry.file_type()?.is_file() {
+            if entry.file_type()?.is_file() && !writer_alive(&entry.file_name().to_string_lossy()) {
                 match fs::remove_file(entry.path()) {
                     Ok(()) => removed += 1,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -299,6 +301,20 @@ impl std::fmt::Debug for ChunkStore {
 
 /// Renames the finished temp file into place, creating the fan-out directories; with
 /// `durable`, fsyncs the destination directory and the parents of directories it created.
+/// Whether the process that named temp file `name` (`<id>.<pid>.<serial>.tmp`) still runs. Names
+/// of another form count as dead (foreign or from an older layout).
+fn writer_alive(name: &str) -> bool {
+    let mut parts = name.split('.');
+    let pid = parts.nth(1).and_then(|p| p.parse::<i32>().ok());
+    match pid {
+        Some(pid) if pid > 0 && pid as u32 != std::process::id() => {
+            // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
+            unsafe { libc::kill(pid, 0) == 0 }
+        }
+        _ => false,
+    }
+}
+
 fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
     let leaf = dest.parent().unwrap_or(chunks);
     let middle = leaf.parent().unwrap_or(chunks);
