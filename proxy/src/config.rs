@@ -31,6 +31,9 @@ pub struct FleetConfig {
     pub capacity: Option<u64>,
     /// `auto` (io_uring, pread when unavailable), `io_uring` or `pread`.
     pub io_engine: String,
+    /// Serve from the origin without caching anything (memarts disabled: the client library's
+    /// direct mode). Single-flight and the metadata cache still apply.
+    pub passthrough: bool,
     /// How long a stat result is trusted before the ETag is revalidated with the origin.
     pub meta_ttl_secs: f64,
     /// Uids allowed to connect besides the proxy's own.
@@ -94,6 +97,7 @@ impl Default for FleetConfig {
             cache_dir: default_cache_dir(),
             capacity: None,
             io_engine: "auto".into(),
+            passthrough: false,
             meta_ttl_secs: 60.0,
             allowed_uids: Vec::new(),
             max_connections: 4096,

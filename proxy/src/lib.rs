@@ -17,6 +17,7 @@
 pub mod cache;
 pub mod chunk_store;
 pub mod config;
+pub mod embedded;
 pub mod lifecycle;
 pub mod origin;
 pub mod server;
@@ -59,6 +60,7 @@ pub fn build_cache_with(
         cache_dir: cfg.cache_dir.clone(),
         capacity: cfg.capacity,
         io_engine,
+        passthrough: cfg.passthrough,
     };
     let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES));
     Ok((cache, fallback.map(|why| format!("using the pread engine: {why}"))))

@@ -72,6 +72,8 @@ pub struct SlotInfo {
     /// Fleet capacity from the config; `None`: derived from free space once the index is rebuilt.
     pub capacity: Option<u64>,
     pub io_engine: &'static str,
+    /// Never read or write chunk files: every chunk comes from the origin.
+    pub passthrough: bool,
 }
 
 pub struct Cache {
@@ -201,10 +203,12 @@ impl Cache {
         let key = ChunkKey::new(&url, &req.etag, req.chunk_size, req.index);
         let id = key.id().0;
 
-        if req.recheck {
-            self.drop_corrupt(id, "client checksum mismatch").await;
-        } else if let Some(outcome) = self.try_hit(&key, id).await {
-            return Ok(outcome);
+        if !self.info.passthrough {
+            if req.recheck {
+                self.drop_corrupt(id, "client checksum mismatch").await;
+            } else if let Some(outcome) = self.try_hit(&key, id).await {
+                return Ok(outcome);
+            }
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
@@ -216,7 +220,8 @@ impl Cache {
                 move |leader| async move {
                     // A flight that ended between our cache lookup and this one may have just
                     // written the chunk: look again before going to the origin.
-                    if let Ok(Some(chunk)) = this.store.get(&key).await {
+                    let on_disk = if this.info.passthrough { Ok(None) } else { this.store.get(&key).await };
+                    if let Ok(Some(chunk)) = on_disk {
                         if let Ok(data) = this.store.read_verified(&chunk).await {
                             let data = Bytes::from(data);
                             leader.publish(Ok(Fetched { crc32c: chunk.crc32c, data }));
@@ -230,7 +235,9 @@ impl Cache {
                     leader.publish(fetched.clone());
                     if let Ok(f) = fetched {
                         this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                        this.persist(&key, id, f.data).await;
+                        if !this.info.passthrough {
+                            this.persist(&key, id, f.data).await;
+                        }
                     }
                     drop(leader);
                 },

@@ -38,6 +38,16 @@ pub fn bind_socket(path: &Path) -> io::Result<StdUnixListener> {
     Ok(listener)
 }
 
+/// Binds a Unix socket inside a directory only we can enter (0700), then makes it 0600. Unlike
+/// [`bind_socket`] it leaves the process umask alone, so it is safe in a multi-threaded process.
+pub fn bind_socket_in_private_dir(path: &Path) -> io::Result<StdUnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let listener = StdUnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
 /// Serves `listener` until `shutdown` is cancelled, then lets in-flight requests finish for up to
 /// `drain_timeout`. Never returns an error for anything a client does.
 pub async fn run(

@@ -83,11 +83,43 @@ impl Sink for BytesSink {
     }
 }
 
-/// A connection to the node's memarts fleet (proxy mode). Safe to share between threads and to keep
-/// across `fork`.
+/// How a client reaches its engine (MoXing's mode resolution).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// A fleet runs in the run dir, or `USE_MEMARTS_PROXY=1`: talk to it.
+    Proxy,
+    /// `USE_MEMARTS=1` and no fleet: the engine runs in this process, on the shared cache dir.
+    Embedded,
+    /// No memarts: an in-process pass-through engine that caches nothing.
+    Direct,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Proxy => "proxy",
+            Mode::Embedded => "embedded",
+            Mode::Direct => "direct",
+        }
+    }
+}
+
+fn env_flag(name: &str) -> memarts_shim::Result<bool> {
+    match std::env::var(name).unwrap_or_default().trim() {
+        "" | "0" => Ok(false),
+        "1" => Ok(true),
+        other => Err(Error::Config(format!("{name}={other:?} must be 0 or 1"))),
+    }
+}
+
+/// A client of memarts in one of three modes (see [`Mode`]). Safe to share between threads; after a
+/// `fork`, proxy-mode clients reconnect by themselves, other modes need a new client (the engine's
+/// thread does not survive the fork; `memarts.file` makes one per process).
 #[pyclass(module = "memarts._memarts", frozen)]
 struct Client {
     inner: ShimClient,
+    mode: Mode,
+    _engine: Option<memarts_proxy::embedded::Embedded>,
 }
 
 #[pymethods]
@@ -101,8 +133,36 @@ impl Client {
         if let Some(dir) = run_dir {
             cfg.run_dir = dir;
         }
+        let use_memarts = env_flag("USE_MEMARTS").map_err(|e| to_py(py, e))?;
+        let use_proxy = env_flag("USE_MEMARTS_PROXY").map_err(|e| to_py(py, e))?;
+        let mode = if use_proxy || py.detach(|| memarts_shim::fleet_running(&cfg.run_dir)) {
+            Mode::Proxy
+        } else if use_memarts {
+            Mode::Embedded
+        } else {
+            Mode::Direct
+        };
+        let engine = match mode {
+            Mode::Proxy => None,
+            Mode::Embedded | Mode::Direct => {
+                let mut fleet = memarts_proxy::config::FleetConfig::default();
+                fleet.apply_env(|k| std::env::var(k).ok()).map_err(|e| to_py(py, Error::Config(e)))?;
+                fleet.passthrough = mode == Mode::Direct;
+                let engine = py
+                    .detach(|| memarts_proxy::embedded::Embedded::start(fleet))
+                    .map_err(|e| to_py(py, Error::Unavailable(format!("in-process memarts engine: {e}"))))?;
+                cfg.run_dir = engine.run_dir().to_path_buf();
+                Some(engine)
+            }
+        };
         let inner = ShimClient::new(cfg).map_err(|e| to_py(py, e))?;
-        Ok(Client { inner })
+        Ok(Client { inner, mode, _engine: engine })
+    }
+
+    /// `"proxy"`, `"embedded"` or `"direct"`.
+    #[getter]
+    fn mode(&self) -> &'static str {
+        self.mode.name()
     }
 
     /// The whole object as `bytes`.

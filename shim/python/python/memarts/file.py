@@ -10,9 +10,12 @@ Environment (read when this module is imported; a malformed value raises ``Confi
 ``MOX_AUTO_READ_META_FREE`` (0); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
 are read by the client when it first connects.
 
+Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is used through its
+sockets; with ``USE_MEMARTS=1`` and no fleet the engine runs inside this process on the same cache
+dir; without memarts, objects are read straight from the origin. See :func:`mode`.
+
 Not in this version yet (they raise ``BadRequestError`` saying so): uploads (``copy`` to an object
-URL, ``File`` in write mode on an object URL), ``write_memarts`` and ``memarts_only`` reads, and
-reading objects without a running fleet.
+URL, ``File`` in write mode on an object URL), ``write_memarts`` and ``memarts_only`` reads.
 """
 
 import io
@@ -65,17 +68,28 @@ AUTO_READ_META_FREE = _env_flag("MOX_AUTO_READ_META_FREE")
 MOUNTS = _env_mounts("MOX_OBS_TO_MOUNT_PATH")
 
 _client = None
+_client_pid = None
 _client_lock = threading.Lock()
 
 
 def _fleet():
-    """The process's client of the fleet, created on first use (and usable after fork)."""
-    global _client
-    if _client is None:
+    """The process's client, created on first use and again in a forked child: a fleet client
+    would reconnect by itself, but an in-process engine (embedded or direct mode) lives in a thread
+    that a child does not inherit."""
+    global _client, _client_pid
+    if _client is None or _client_pid != os.getpid():
         with _client_lock:
-            if _client is None:
+            if _client is None or _client_pid != os.getpid():
                 _client = _memarts.Client()
+                _client_pid = os.getpid()
     return _client
+
+
+def mode():
+    """How this process reaches memarts: ``"proxy"`` (a fleet runs, or ``USE_MEMARTS_PROXY=1``),
+    ``"embedded"`` (``USE_MEMARTS=1`` and no fleet: the engine runs in this process, on the shared
+    cache dir) or ``"direct"`` (no memarts: objects are read from the origin, nothing is cached)."""
+    return _fleet().mode
 
 
 def _is_remote(path):
