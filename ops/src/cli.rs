@@ -44,9 +44,40 @@ pub enum Command {
     Cat(UrlArgs),
     /// Show an object's size, ETag and last-modified time.
     Stat(StatArgs),
+    /// List the objects (and directories) under a URL.
+    Ls(LsArgs),
+    /// Copy an object, or with -r every object under a prefix, to a local path (through the fleet
+    /// when one runs, so the copy fills the cache).
+    Cp(CpArgs),
     /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
     /// and how much came from the cache and from the origin.
     Warmup(WarmupArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LsArgs {
+    /// s3://, obs://, oss:// URL, file:// URL or local directory
+    pub url: String,
+    /// Every object below the URL, not just one level
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Show sizes and mark directories
+    #[arg(short, long)]
+    pub long: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CpArgs {
+    /// Object URL (or local path) to copy from
+    pub src: String,
+    /// Local path (an existing directory receives the object under its own name)
+    pub dst: String,
+    /// Copy every object below SRC into the directory DST, keeping relative paths (copy_parallel)
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Objects copied at once [default: MOX_COPY_PARALLEL_THREADS, else 16]
+    #[arg(long, env = "MOX_COPY_PARALLEL_THREADS", default_value_t = 16)]
+    pub threads: usize,
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +150,8 @@ pub fn main() -> ExitCode {
         Command::Cat(a) => crate::data::cat(&cli.common, a),
         Command::Stat(a) => crate::data::stat(&cli.common, a),
         Command::Warmup(a) => crate::warmup::warmup(&cli.common, a),
+        Command::Ls(a) => crate::transfer::ls(&cli.common, a),
+        Command::Cp(a) => crate::transfer::cp(&cli.common, a),
     };
     match result {
         Ok(code) => code,

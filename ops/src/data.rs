@@ -4,57 +4,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use memarts_protocol::{ObjectMeta, ObjectUrl};
-use memarts_proxy::origin::Origin;
-use memarts_shim::{fleet_running, Client, ShimConfig};
 
+use crate::access::access;
 use crate::cli::{Common, StatArgs, UrlArgs};
-use crate::settings::resolve;
 
 /// Bytes `cat` moves per step, so any object streams in bounded memory.
 const WINDOW: usize = 16 << 20;
-
-enum Access {
-    Fleet(Client),
-    Direct(Box<(Origin, tokio::runtime::Runtime)>),
-}
-
-fn access(common: &Common) -> Result<Access> {
-    let cfg = resolve(common)?;
-    if fleet_running(&cfg.run_dir) {
-        let shim = ShimConfig { run_dir: cfg.run_dir.clone(), ..ShimConfig::from_env()? };
-        return Ok(Access::Fleet(Client::new(shim)?));
-    }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    Ok(Access::Direct(Box::new((Origin::from_env(cfg.origin), rt))))
-}
-
-fn parse(url: &str) -> Result<ObjectUrl> {
-    ObjectUrl::parse(&memarts_shim::absolutize(url)?).map_err(anyhow::Error::msg)
-}
-
-impl Access {
-    fn stat(&self, url: &str) -> Result<ObjectMeta> {
-        match self {
-            Access::Fleet(c) => Ok(c.stat(url)?),
-            Access::Direct(d) => Ok(d.1.block_on(d.0.head(&parse(url)?))?),
-        }
-    }
-
-    fn read_at(&self, url: &str, meta: &ObjectMeta, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        match self {
-            Access::Fleet(c) => Ok(c.read_at_meta(url, meta, offset, buf)?),
-            Access::Direct(d) => {
-                let (o, rt) = (&d.0, &d.1);
-                let end = (offset + buf.len() as u64).min(meta.size);
-                let etag = meta.etag.as_deref().unwrap_or_default();
-                let bytes = rt.block_on(o.get_range(&parse(url)?, offset..end, etag))?;
-                buf[..bytes.len()].copy_from_slice(&bytes);
-                Ok(bytes.len())
-            }
-        }
-    }
-}
 
 pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
     let access = access(common)?;

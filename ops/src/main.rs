@@ -1,10 +1,12 @@
 //! `memarts`: the command line of a memarts node — fleet lifecycle and data commands.
 
+mod access;
 mod cli;
 mod data;
 mod fleet;
 mod settings;
 mod status;
+mod transfer;
 mod warmup;
 
 fn main() -> std::process::ExitCode {

@@ -26,3 +26,42 @@ fn cat_and_stat_work_through_the_fleet_and_without_one() {
         assert!(text(&out.stderr).contains("not found"), "{}", text(&out.stderr));
     }
 }
+
+#[test]
+fn ls_and_cp_through_the_fleet_fill_the_cache() {
+    let bucket = moto().bucket("cp");
+    let files: Vec<(String, Vec<u8>)> = (0..25)
+        .map(|i| (format!("set/{}/f{i:02}.bin", i % 3), pattern(600 + i, 10_000 + 7919 * i as usize)))
+        .collect();
+    for (key, data) in &files {
+        moto().put(&bucket, key, data);
+    }
+    let fleet = Fleet::start(2, &[]);
+    let out = fleet.memarts(&["ls", &format!("obs://{bucket}/set")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    assert_eq!(listed.lines().count(), 3, "three directories one level down: {listed}");
+    let out = fleet.memarts(&["ls", "-r", "-l", &format!("obs://{bucket}/set")]);
+    assert_eq!(text(&out.stdout).lines().count(), 25);
+
+    let dst = fleet.dir.path().join("download");
+    let out = fleet.memarts(&["cp", "-r", &format!("obs://{bucket}/set"), dst.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (key, data) in &files {
+        let got = std::fs::read(dst.join(key.trim_start_matches("set/"))).unwrap();
+        assert!(got == *data, "{key} differs");
+    }
+    let gets = moto().gets_settled(&bucket);
+    assert!(fleet.total("misses") > 0);
+    // A second copy is served from the cache.
+    let again = fleet.dir.path().join("again");
+    std::fs::create_dir(&again).unwrap();
+    let out = fleet.memarts(&["cp", &format!("obs://{bucket}/set/1/f01.bin"), again.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read(again.join("f01.bin")).unwrap(), files[1].1);
+    assert_eq!(moto().gets_settled(&bucket), gets, "the second copy reached the origin");
+    let leftovers: Vec<_> = std::fs::read_dir(&again).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(leftovers.len(), 1, "temp files left behind: {leftovers:?}");
+    let out = fleet.memarts(&["cp", "/etc/hostname", &format!("obs://{bucket}/up")]);
+    assert!(!out.status.success() && text(&out.stderr).contains("uploads"), "{}", text(&out.stderr));
+}

@@ -1,0 +1,141 @@
+//! `memarts ls` and `memarts cp`: listing and downloading, through the fleet when one runs.
+//! Progress (bytes, rate, ETA) is drawn on stderr when it is a terminal, and nothing otherwise.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use memarts_protocol::ObjectMeta;
+
+use crate::access::{access, Access};
+use crate::cli::{Common, CpArgs, LsArgs};
+
+/// Bytes read per step of one copy.
+const WINDOW: usize = 8 << 20;
+
+fn is_remote(url: &str) -> bool {
+    url.contains("://") && !url.starts_with("file://")
+}
+
+pub fn ls(common: &Common, args: &LsArgs) -> Result<ExitCode> {
+    let entries = access(common)?.list(&args.url, args.recursive).with_context(|| args.url.clone())?;
+    let mut out = std::io::stdout().lock();
+    for e in entries {
+        let line = if args.long {
+            let kind = if e.is_dir { "DIR" } else { "" };
+            format!("{:>12} {:>3} {}", if e.is_dir { String::new() } else { e.size.to_string() }, kind, e.url)
+        } else {
+            e.url
+        };
+        if writeln!(out, "{line}").is_err() {
+            break; // a closed pipe (`| head`) is not an error
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn progress(total: u64, files: usize) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template(
+        "{spinner} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} [{wide_bar}] {msg}",
+    )
+    .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_message(format!("{files} files"));
+    bar
+}
+
+pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
+    if is_remote(&args.dst) {
+        bail!("cp to {}: uploads to the object store are not in this version yet", args.dst);
+    }
+    let dst = PathBuf::from(args.dst.trim_start_matches("file://"));
+    let access = access(common)?;
+    let jobs: Vec<(String, PathBuf, u64)> = if args.recursive {
+        let base = args.src.trim_end_matches('/');
+        let listed = access.list(base, true).with_context(|| args.src.clone())?;
+        let canonical = memarts_shim::absolutize(base)?;
+        let canonical = canonical.replacen("obs://", "s3://", 1).replacen("oss://", "s3://", 1);
+        listed
+            .into_iter()
+            .filter(|e| !e.is_dir)
+            .map(|e| {
+                let rel = e.url.strip_prefix(&format!("{canonical}/")).unwrap_or(&e.url).to_string();
+                (e.url.clone(), dst.join(rel), e.size)
+            })
+            .collect()
+    } else {
+        let meta = access.stat(&args.src).with_context(|| args.src.clone())?;
+        let target = if dst.is_dir() {
+            dst.join(args.src.trim_end_matches('/').rsplit('/').next().unwrap_or("object"))
+        } else {
+            dst.clone()
+        };
+        vec![(args.src.clone(), target, meta.size)]
+    };
+    let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..args.threads.clamp(1, 256).min(jobs.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((src, dst, _)) = jobs.get(i) else { return };
+                if let Err(e) = copy_one(&access, src, dst, &bar) {
+                    failures.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{src}: {e:#}"));
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    if !failures.is_empty() {
+        for f in failures.iter().take(10) {
+            eprintln!("memarts: cp: {f}");
+        }
+        bail!("{} of {} files could not be copied", failures.len(), jobs.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One object (or local file) to `dst`, via a temp file renamed into place.
+fn copy_one(access: &Access, src: &str, dst: &Path, bar: &ProgressBar) -> Result<()> {
+    if let Some(parent) = dst.parent() {
+        std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
+    }
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dst.with_file_name(format!(
+        ".{name}.memarts-{}-{:?}.tmp",
+        std::process::id(),
+        std::thread::current().id()
+    ));
+    let result = (|| -> Result<()> {
+        let mut out = std::fs::File::create(&tmp).with_context(|| tmp.display().to_string())?;
+        let meta: ObjectMeta = access.stat(src)?;
+        let mut buf = vec![0u8; WINDOW.min(meta.size as usize).max(1)];
+        let mut offset = 0;
+        while offset < meta.size {
+            let n = access.read_at(src, &meta, offset, &mut buf)?;
+            if n == 0 {
+                bail!("object ended at {offset} of {} bytes", meta.size);
+            }
+            out.write_all(&buf[..n])?;
+            offset += n as u64;
+            bar.inc(n as u64);
+        }
+        out.sync_data()?;
+        std::fs::rename(&tmp, dst)?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
