@@ -54,6 +54,31 @@ impl Access {
         }
     }
 
+    /// Writes the local file `path` as the new version of `url`.
+    pub fn put_file(&self, url: &str, path: &std::path::Path) -> Result<u64> {
+        match self {
+            Access::Fleet(c) => Ok(c.put_file(url, path)?.size),
+            Access::Direct(d) => {
+                use std::io::Read;
+                let mut file = std::fs::File::open(path)?;
+                d.1.block_on(async {
+                    let mut upload = d.0.start_upload(&parse(url)?, 8 << 20).await?;
+                    let mut buf = vec![0u8; 8 << 20];
+                    loop {
+                        let n = file.read(&mut buf)?;
+                        if n == 0 {
+                            break;
+                        }
+                        upload.write(&buf[..n]).await?;
+                    }
+                    let size = upload.written();
+                    upload.finish().await?;
+                    Ok(size)
+                })
+            }
+        }
+    }
+
     /// Every entry under `url` (one level, or all objects below it with `recursive`).
     pub fn list(&self, url: &str, recursive: bool) -> Result<Vec<ListEntry>> {
         match self {

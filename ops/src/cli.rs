@@ -46,8 +46,8 @@ pub enum Command {
     Stat(StatArgs),
     /// List the objects (and directories) under a URL.
     Ls(LsArgs),
-    /// Copy an object, or with -r every object under a prefix, to a local path (through the fleet
-    /// when one runs, so the copy fills the cache).
+    /// Copy an object (or with -r every object under a prefix) to a local path, or a local file
+    /// (or with -r a directory) to an object URL; through the fleet when one runs.
     Cp(CpArgs),
     /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
     /// and how much came from the cache and from the origin.
@@ -68,9 +68,9 @@ pub struct LsArgs {
 
 #[derive(Args, Debug)]
 pub struct CpArgs {
-    /// Object URL (or local path) to copy from
+    /// Object URL or local path to copy from
     pub src: String,
-    /// Local path (an existing directory receives the object under its own name)
+    /// Local path (an existing directory receives the object under its own name) or object URL
     pub dst: String,
     /// Copy every object below SRC into the directory DST, keeping relative paths (copy_parallel)
     #[arg(short, long)]

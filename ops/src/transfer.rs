@@ -54,7 +54,7 @@ fn progress(total: u64, files: usize) -> ProgressBar {
 
 pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     if is_remote(&args.dst) {
-        bail!("cp to {}: uploads to the object store are not in this version yet", args.dst);
+        return upload(common, args);
     }
     let dst = PathBuf::from(args.dst.trim_start_matches("file://"));
     let access = access(common)?;
@@ -95,12 +95,69 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
         }
     });
     bar.finish_and_clear();
-    let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());
+    report(failures.into_inner().unwrap_or_else(|p| p.into_inner()), jobs.len())
+}
+
+/// `cp LOCAL URL` (one file) or `cp -r LOCAL_DIR URL_PREFIX` (every file below it).
+fn upload(common: &Common, args: &CpArgs) -> Result<ExitCode> {
+    if is_remote(&args.src) {
+        bail!(
+            "cp from {} to {}: copy object to object through a local file, or use memarts.file.copy",
+            args.src,
+            args.dst
+        );
+    }
+    let src = PathBuf::from(args.src.trim_start_matches("file://"));
+    let dst = args.dst.trim_end_matches('/');
+    let jobs: Vec<(PathBuf, String, u64)> = if args.recursive {
+        let mut out = Vec::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+                let entry = entry?;
+                let path = entry.path();
+                if entry.file_type()?.is_dir() {
+                    stack.push(path);
+                } else {
+                    let rel = path.strip_prefix(&src).unwrap_or(&path).to_string_lossy().into_owned();
+                    out.push((path.clone(), format!("{dst}/{rel}"), entry.metadata()?.len()));
+                }
+            }
+        }
+        out
+    } else {
+        let len = std::fs::metadata(&src).with_context(|| src.display().to_string())?.len();
+        vec![(src.clone(), dst.to_string(), len)]
+    };
+    let access = access(common)?;
+    let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..args.threads.clamp(1, 256).min(jobs.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((src, dst, len)) = jobs.get(i) else { return };
+                match access.put_file(dst, src) {
+                    Ok(_) => bar.inc(*len),
+                    Err(e) => failures
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(format!("{}: {e:#}", src.display())),
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    report(failures.into_inner().unwrap_or_else(|p| p.into_inner()), jobs.len())
+}
+
+fn report(failures: Vec<String>, total: usize) -> Result<ExitCode> {
     if !failures.is_empty() {
         for f in failures.iter().take(10) {
             eprintln!("memarts: cp: {f}");
         }
-        bail!("{} of {} files could not be copied", failures.len(), jobs.len());
+        bail!("{} of {total} files could not be copied", failures.len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -160,6 +160,18 @@ pub enum Request {
     /// Several chunks owned by the same slot in one round trip (at most [`MAX_BATCH`], and at most
     /// `Limits::RESPONSE.max_payload` bytes of chunk data in all).
     ReadChunks(Vec<ChunkRequest>),
+    /// Starts writing a new version of an object at the origin; followed by `PutData` frames and one
+    /// `PutFinish` (or another `PutStart`, which abandons this one) on the same connection.
+    PutStart {
+        url: String,
+    },
+    /// The next bytes of the upload, as this frame's payload.
+    PutData,
+    /// Completes the upload; `size` and `crc32c` cover every byte sent, and must match.
+    PutFinish {
+        size: u64,
+        crc32c: u32,
+    },
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
@@ -189,6 +201,12 @@ pub enum Response {
     /// arrive together with the frame, in the same order; `Inline` bodies follow as the payload,
     /// concatenated in the same order.
     Chunks(Vec<Result<ChunkReply, WireError>>),
+    /// `PutStart` / `PutData` accepted; `received` bytes so far.
+    PutAck {
+        received: u64,
+    },
+    /// The upload completed: the new version's metadata.
+    Put(ObjectMeta),
 }
 
 #[cfg(test)]

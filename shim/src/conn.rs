@@ -55,8 +55,16 @@ impl Conn {
 
     /// Sends a request and reads the response head and message; the payload stays on the socket.
     pub fn call(&mut self, request: &Request) -> Result<Reply> {
-        let bytes = frame::encode(request, 0)?;
+        self.call_with_payload(request, &[])
+    }
+
+    /// [`Conn::call`] for a request that carries `payload` bytes after its message.
+    pub fn call_with_payload(&mut self, request: &Request, payload: &[u8]) -> Result<Reply> {
+        let bytes = frame::encode(request, payload.len())?;
         self.stream.write_all(&bytes)?;
+        if !payload.is_empty() {
+            self.stream.write_all(payload)?;
+        }
         let mut head = [0u8; FRAME_HEAD_LEN];
         let (filled, fds) = self.recv_head_with_fds(&mut head)?;
         frame::read_head_sync(&mut self.stream, &mut head, filled)?;

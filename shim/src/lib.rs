@@ -16,6 +16,7 @@ mod conn;
 pub mod error;
 mod fill;
 mod read;
+mod write;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;

@@ -62,6 +62,18 @@ fn ls_and_cp_through_the_fleet_fill_the_cache() {
     assert_eq!(moto().gets_settled(&bucket), gets, "the second copy reached the origin");
     let leftovers: Vec<_> = std::fs::read_dir(&again).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(leftovers.len(), 1, "temp files left behind: {leftovers:?}");
-    let out = fleet.memarts(&["cp", "/etc/hostname", &format!("obs://{bucket}/up")]);
-    assert!(!out.status.success() && text(&out.stderr).contains("uploads"), "{}", text(&out.stderr));
+    // Uploads: a file, then a whole directory, read back through the fleet.
+    let out = fleet.memarts(&[
+        "cp",
+        again.join("f01.bin").to_str().unwrap(),
+        &format!("obs://{bucket}/up/one.bin"),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fleet.client(64 << 10).read(&format!("s3://{bucket}/up/one.bin")).unwrap(), files[1].1);
+    let out = fleet.memarts(&["cp", "-r", dst.to_str().unwrap(), &format!("obs://{bucket}/mirror")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for (key, data) in &files {
+        let url = format!("s3://{bucket}/mirror/{}", key.trim_start_matches("set/"));
+        assert!(fleet.client(64 << 10).read(&url).unwrap() == *data, "{url} differs");
+    }
 }

@@ -12,3 +12,4 @@ mod fork;
 mod protocol_abuse;
 mod reads;
 mod restart;
+mod upload;

@@ -152,6 +152,16 @@ impl Cache {
         meta
     }
 
+    /// Records the metadata of a version this slot just wrote, so reads through it see the new
+    /// version at once (other slots revalidate when their metadata TTL ends, or on `refresh`).
+    pub fn note_written(&self, url: &ObjectUrl, meta: &ObjectMeta) {
+        if meta.etag.is_some() {
+            self.meta.put(url.to_string(), meta.clone());
+        } else {
+            self.meta.invalidate(&url.to_string());
+        }
+    }
+
     pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {
         Ok(self.origin.list(req).await?)
     }

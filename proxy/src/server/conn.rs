@@ -15,6 +15,7 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
 use super::fdpass::send_with_fds;
+use super::upload::Uploads;
 use crate::cache::{Cache, ChunkOutcome};
 
 /// Settings every connection of a slot shares.
@@ -46,9 +47,12 @@ pub async fn serve(
     drain: CancellationToken,
 ) {
     cache.stats.connections.fetch_add(1, Ordering::Relaxed);
-    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain).await {
+    let mut uploads = Uploads::default();
+    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain, &mut uploads).await {
         tracing::debug!("connection closed: {e}");
     }
+    // A client that left in the middle of an upload leaves nothing visible at the origin.
+    uploads.abandon().await;
     cache.stats.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -57,6 +61,7 @@ async fn serve_inner(
     cache: &Arc<Cache>,
     settings: &ConnSettings,
     drain: &CancellationToken,
+    uploads: &mut Uploads,
 ) -> Result<(), ConnError> {
     // S1: the peer's uid is checked before a single byte of it is read.
     let uid = stream.peer_cred().map_err(FrameError::Io)?.uid();
@@ -67,7 +72,7 @@ async fn serve_inner(
         return Err(ConnError::Refused(format!("uid {uid}")));
     }
 
-    match read_request(stream, settings, settings.io_timeout).await? {
+    match read_request(stream, settings, settings.io_timeout).await?.0 {
         Request::Hello(h) if h.protocol_version == PROTOCOL_VERSION => {
             let welcome = Welcome {
                 protocol_version: PROTOCOL_VERSION,
@@ -98,7 +103,7 @@ async fn serve_inner(
                 Err(_) => return Err(ConnError::Timeout("idle")),
             },
         }
-        let request = match read_request(stream, settings, settings.io_timeout).await {
+        let (request, payload) = match read_request(stream, settings, settings.io_timeout).await {
             Ok(r) => r,
             Err(ConnError::Frame(FrameError::Closed)) => return Ok(()),
             Err(e) => return Err(e),
@@ -128,6 +133,11 @@ async fn serve_inner(
             }
             Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
             Request::ReadChunks(reqs) => send_batch(stream, settings, cache, reqs).await?,
+            Request::PutStart { url } => send(stream, &uploads.start(cache, &url).await, settings).await?,
+            Request::PutData => send(stream, &uploads.data(&payload).await, settings).await?,
+            Request::PutFinish { size, crc32c } => {
+                send(stream, &uploads.finish(cache, size, crc32c).await, settings).await?
+            }
         }
     }
 }
@@ -216,23 +226,34 @@ async fn send_with(
     .await
 }
 
-/// Reads one request; a frame with a payload (no request of this version has one), a malformed frame
-/// or an oversized one gets a typed `BadRequest` before the connection closes.
+/// Reads one request and its payload (only `PutData` carries one); a payload on any other request,
+/// a malformed frame or an oversized one gets a typed `BadRequest` before the connection closes.
 async fn read_request(
     stream: &mut UnixStream,
     settings: &ConnSettings,
     limit: Duration,
-) -> Result<Request, ConnError> {
-    let read = tokio::time::timeout(limit, frame::read_async::<Request, _>(stream, Limits::REQUEST)).await;
+) -> Result<(Request, Vec<u8>), ConnError> {
+    use tokio::io::AsyncReadExt;
+    let read = tokio::time::timeout(limit, async {
+        let (head, req) = frame::read_async::<Request, _>(stream, Limits::REQUEST).await?;
+        let mut payload = Vec::new();
+        if head.payload_len > 0 && matches!(req, Request::PutData) {
+            // Bounded by Limits::REQUEST.max_payload, checked with the head.
+            payload = vec![0u8; head.payload_len as usize];
+            stream.read_exact(&mut payload).await.map_err(FrameError::Io)?;
+        }
+        Ok::<_, FrameError>((head, req, payload))
+    })
+    .await;
     match read {
         Err(_) => {
             let _ = refuse::<()>(stream, settings, "the request frame did not arrive in time").await;
             Err(ConnError::Timeout("reading a request"))
         }
-        Ok(Ok((head, _))) if head.payload_len > 0 => {
+        Ok(Ok((head, req, _))) if head.payload_len > 0 && !matches!(req, Request::PutData) => {
             refuse(stream, settings, "this request takes no payload").await
         }
-        Ok(Ok((_, req))) => Ok(req),
+        Ok(Ok((_, req, payload))) => Ok((req, payload)),
         Ok(Err(e @ (FrameError::TooLarge { .. } | FrameError::Decode(_)))) => {
             let _ = refuse::<()>(stream, settings, &e.to_string()).await;
             Err(e.into())

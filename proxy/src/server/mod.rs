@@ -4,6 +4,7 @@
 
 mod conn;
 mod fdpass;
+mod upload;
 
 use std::io;
 use std::os::unix::net::UnixListener as StdUnixListener;

@@ -201,6 +201,18 @@ impl Client {
         Ok(entries.into_iter().map(|e| (e.url, e.is_dir, e.size)).collect())
     }
 
+    /// Writes `data` as the new version of `url`; returns `(size, etag)`.
+    fn put_bytes(&self, py: Python<'_>, url: &str, data: &[u8]) -> PyResult<(u64, Option<String>)> {
+        let meta = py.detach(|| self.inner.put_bytes(url, data)).map_err(|e| to_py(py, e))?;
+        Ok((meta.size, meta.etag))
+    }
+
+    /// Writes the local file `path` as the new version of `url`; returns `(size, etag)`.
+    fn put_file(&self, py: Python<'_>, url: &str, path: PathBuf) -> PyResult<(u64, Option<String>)> {
+        let meta = py.detach(|| self.inner.put_file(url, &path)).map_err(|e| to_py(py, e))?;
+        Ok((meta.size, meta.etag))
+    }
+
     /// Chunk size of this client's reads (`MOX_FILE_CHUNK_SIZE`).
     #[getter]
     fn chunk_size(&self) -> u64 {

@@ -14,12 +14,16 @@ Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is 
 sockets; with ``USE_MEMARTS=1`` and no fleet the engine runs inside this process on the same cache
 dir; without memarts, objects are read straight from the origin. See :func:`mode`.
 
-Not in this version yet (they raise ``BadRequestError`` saying so): uploads (``copy`` to an object
-URL, ``File`` in write mode on an object URL), ``write_memarts`` and ``memarts_only`` reads.
+Writes (``copy`` to an object URL, ``File`` in ``'w'``/``'wb'`` mode, which uploads on close) go
+to the object store through the fleet, checked end to end with CRC32C.
+
+Not in this version yet (they raise ``BadRequestError`` saying so): ``write_memarts`` and
+``memarts_only`` reads.
 """
 
 import io
 import os
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -204,11 +208,15 @@ def walk(top):
 
 
 def copy(src_url, dst_url):
-    """Copies one file: object to local, or local to local."""
+    """Copies one file or object: object to local, local to object, object to object, local to local."""
     dst = _local_path(dst_url)
-    if dst is None:
-        raise BadRequestError(f"copy to {dst_url}: uploads to the object store are not in this version yet")
     src = _local_path(src_url)
+    if dst is None:
+        if src is not None:
+            _fleet().put_file(dst_url, src)
+        else:
+            _fleet().put_bytes(dst_url, _fleet().read(src_url))
+        return
     data = read(src_url, binary=True) if src is None else None
     parent = os.path.dirname(dst)
     if parent:
@@ -278,14 +286,71 @@ class _ObjectRaw(io.RawIOBase):
         return self._pos
 
 
+class _Upload(io.FileIO):
+    """A write-only file that becomes the object when closed (spooled in a private temp file, then
+    uploaded with a checksum; nothing is visible at the origin before ``close`` succeeds)."""
+
+    def __init__(self, url):
+        fd, self._tmp = tempfile.mkstemp(prefix="memarts-upload-")
+        super().__init__(fd, "wb", closefd=True)
+        self._url = url
+        self.name = url
+
+    def close(self):
+        if self.closed:
+            return
+        try:
+            super().close()
+            _fleet().put_file(self._url, self._tmp)
+        finally:
+            if os.path.exists(self._tmp):
+                os.unlink(self._tmp)
+
+    def abandon(self):
+        """Closes without uploading."""
+        super().close()
+        if os.path.exists(self._tmp):
+            os.unlink(self._tmp)
+
+
+class _Writer:
+    """A file open for writing to an object: ``close`` (or leaving a ``with`` block normally)
+    uploads it; leaving a ``with`` block on an exception uploads nothing."""
+
+    def __init__(self, stream, raw):
+        self._stream = stream
+        self._raw = raw
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+    def __iter__(self):
+        return iter(self._stream)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._stream.close()
+        else:
+            self._raw.abandon()
+        return False
+
+
 def File(path, mode="r"):
     """A file object: ``'r'`` (text) or ``'rb'`` with read, readline, iteration, seek, tell and
-    readinto; local paths accept every mode of ``open``."""
+    readinto; ``'w'`` (text) or ``'wb'``, uploaded when closed; local paths accept every mode of
+    ``open``."""
     local = _local_path(path)
     if local is not None:
         return open(local, mode)
+    if mode in ("w", "wb"):
+        raw = _Upload(path)
+        buffered = io.BufferedWriter(raw, buffer_size=8 << 20)
+        return _Writer(buffered if mode == "wb" else io.TextIOWrapper(buffered, encoding="utf-8"), raw)
     if mode not in ("r", "rb"):
-        raise BadRequestError(f"mode {mode!r} on an object URL: uploads are not in this version yet")
+        raise BadRequestError(f"mode {mode!r} on an object URL: use 'r', 'rb', 'w' or 'wb'")
     raw = _ObjectRaw(path)
     buffered = io.BufferedReader(raw, buffer_size=_fleet().chunk_size)
     return buffered if mode == "rb" else io.TextIOWrapper(buffered, encoding="utf-8")

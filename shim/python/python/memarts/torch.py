@@ -185,8 +185,5 @@ class Checkpoint:
         return io.BytesIO(_file.read(url, binary=True))
 
     def writer(self, url):
-        """A binary file that becomes the checkpoint when closed. Object URLs need uploads, which
-        this version does not have yet; local paths work."""
-        if _file._local_path(url) is None:
-            raise BadRequestError(f"writing {url}: uploads to the object store are not in this version yet")
+        """A binary file that becomes the checkpoint when closed (uploaded then, for object URLs)."""
         return _file.File(url, "wb")

@@ -1,0 +1,94 @@
+//! Writing objects at the origin through the fleet: a `PutStart`, the bytes in `PutData` frames,
+//! and a `PutFinish` carrying the size and CRC32C of everything sent, which the proxy checks before
+//! the new version becomes visible. A slot that fails mid-upload makes the whole upload start over
+//! (the sources here can be read again), until the deadline.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Instant;
+
+use memarts_protocol::{chunk_owner, meta_owner_slot, Crc32c, ObjectMeta, Request, Response};
+
+use crate::client::{parse, Client};
+use crate::conn::Conn;
+use crate::error::{Error, Result};
+
+/// Bytes per `PutData` frame.
+const PIECE: usize = 8 << 20;
+
+impl Client {
+    /// Writes `data` as the new version of `url`.
+    pub fn put_bytes(&self, url: &str, data: &[u8]) -> Result<ObjectMeta> {
+        self.put_with(url, data.len() as u64, |offset, buf| {
+            buf.copy_from_slice(&data[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        })
+    }
+
+    /// Writes the local file `path` as the new version of `url`.
+    pub fn put_file(&self, url: &str, path: &Path) -> Result<ObjectMeta> {
+        let file = File::open(path)?;
+        let size = file.metadata()?.len();
+        self.put_with(url, size, |offset, buf| file.read_exact_at(buf, offset))
+    }
+
+    fn put_with(
+        &self,
+        url: &str,
+        size: u64,
+        read_at: impl Fn(u64, &mut [u8]) -> std::io::Result<()>,
+    ) -> Result<ObjectMeta> {
+        let parsed = parse(url)?;
+        let url = parsed.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        let mut buf = vec![0u8; PIECE.min(size as usize)];
+        let meta = self.with_slot(slot, deadline, |conn| upload(conn, &url, size, &read_at, &mut buf))?;
+        // Reads of the object start at the owner of its chunk 0: let it see the new version now.
+        let first = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
+        if first != slot {
+            let _ = self.with_slot(first, deadline, |conn| {
+                conn.call(&Request::Stat { url: url.clone(), refresh: true }).map(|_| ())
+            });
+        }
+        Ok(meta)
+    }
+}
+
+fn expect_ack(reply: Response) -> Result<u64> {
+    match reply {
+        Response::PutAck { received } => Ok(received),
+        Response::Error(e) => Err(e.into()),
+        other => Err(Error::Protocol(format!("unexpected answer to an upload: {other:?}"))),
+    }
+}
+
+fn upload(
+    conn: &mut Conn,
+    url: &str,
+    size: u64,
+    read_at: &impl Fn(u64, &mut [u8]) -> std::io::Result<()>,
+    buf: &mut [u8],
+) -> Result<ObjectMeta> {
+    expect_ack(conn.call(&Request::PutStart { url: url.to_string() })?.response)?;
+    let mut crc = Crc32c::default();
+    let mut offset = 0u64;
+    while offset < size {
+        let n = buf.len().min((size - offset) as usize);
+        read_at(offset, &mut buf[..n])?;
+        crc.update(&buf[..n]);
+        let received = expect_ack(conn.call_with_payload(&Request::PutData, &buf[..n])?.response)?;
+        offset += n as u64;
+        if received != offset {
+            return Err(Error::Protocol(format!(
+                "the proxy holds {received} bytes of the upload, we sent {offset}"
+            )));
+        }
+    }
+    match conn.call(&Request::PutFinish { size, crc32c: crc.finish() })?.response {
+        Response::Put(meta) => Ok(meta),
+        Response::Error(e) => Err(e.into()),
+        other => Err(Error::Protocol(format!("unexpected answer to PutFinish: {other:?}"))),
+    }
+}
