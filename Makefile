@@ -38,6 +38,8 @@ demo: build
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
 	$(CARGO) bench -p memarts-tests --bench fleet
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 
 clean:
 	$(CARGO) clean
