@@ -172,6 +172,10 @@ pub enum Request {
         size: u64,
         crc32c: u32,
     },
+    /// Deletes an object at the origin (its cached chunks become unreachable: their ETag is gone).
+    Delete {
+        url: String,
+    },
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
@@ -207,6 +211,8 @@ pub enum Response {
     },
     /// The upload completed: the new version's metadata.
     Put(ObjectMeta),
+    /// The object was deleted (or did not exist).
+    Deleted,
 }
 
 #[cfg(test)]

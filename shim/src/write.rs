@@ -45,14 +45,40 @@ impl Client {
         let deadline = Instant::now() + self.cfg.deadline;
         let mut buf = vec![0u8; PIECE.min(size as usize)];
         let meta = self.with_slot(slot, deadline, |conn| upload(conn, &url, size, &read_at, &mut buf))?;
-        // Reads of the object start at the owner of its chunk 0: let it see the new version now.
-        let first = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
-        if first != slot {
+        self.refresh_first_owner(&parsed, slot, deadline);
+        Ok(meta)
+    }
+}
+
+impl Client {
+    /// Deletes `url` at the origin (absent objects included) and makes the slot that answers its
+    /// reads forget its metadata.
+    pub fn delete(&self, url: &str) -> Result<()> {
+        let parsed = parse(url)?;
+        let url = parsed.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        self.with_slot(slot, deadline, |conn| {
+            match conn.call(&Request::Delete { url: url.clone() })?.response {
+                Response::Deleted => Ok(()),
+                Response::Error(e) => Err(e.into()),
+                other => Err(Error::Protocol(format!("unexpected answer to Delete: {other:?}"))),
+            }
+        })?;
+        self.refresh_first_owner(&parsed, slot, deadline);
+        Ok(())
+    }
+
+    /// Reads of an object start at the owner of its chunk 0: after a write or delete through
+    /// `done_at`, make that slot revalidate its metadata now rather than at the end of its TTL.
+    fn refresh_first_owner(&self, url: &memarts_protocol::ObjectUrl, done_at: u32, deadline: Instant) {
+        let first = chunk_owner(url, self.cfg.chunk_size, 0, self.slots());
+        if first != done_at {
+            let text = url.to_string();
             let _ = self.with_slot(first, deadline, |conn| {
-                conn.call(&Request::Stat { url: url.clone(), refresh: true }).map(|_| ())
+                conn.call(&Request::Stat { url: text.clone(), refresh: true }).map(|_| ())
             });
         }
-        Ok(meta)
     }
 }
 

@@ -141,8 +141,11 @@ impl Cache {
                 flight,
                 move |leader| async move {
                     let meta = this.origin.head(&parsed).await.map_err(WireError::from);
-                    if let Ok(m) = &meta {
-                        this.meta.put(key, m.clone());
+                    match &meta {
+                        Ok(m) => this.meta.put(key, m.clone()),
+                        // Gone at the origin: stop vouching for a version that no longer exists.
+                        Err(e) if e.code == ErrorCode::NotFound => this.meta.invalidate(&key),
+                        Err(_) => {}
                     }
                     leader.publish(meta);
                 },
@@ -160,6 +163,14 @@ impl Cache {
         } else {
             self.meta.invalidate(&url.to_string());
         }
+    }
+
+    /// Deletes an object at the origin and forgets its metadata here.
+    pub async fn delete(&self, url: &str) -> Result<(), WireError> {
+        let parsed = parse_url(url)?;
+        self.origin.delete(&parsed).await?;
+        self.meta.invalidate(&parsed.to_string());
+        Ok(())
     }
 
     pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {

@@ -273,6 +273,25 @@ impl Origin {
         Ok(ListPage { entries, next })
     }
 
+    /// Deletes `url` at the origin; deleting an absent object is not an error.
+    pub async fn delete(&self, url: &ObjectUrl) -> Result<(), OriginError> {
+        let store = self.store_for(url)?;
+        let path = Self::path_of(url)?;
+        self.policy
+            .run(
+                0,
+                || self.count_retry(),
+                || async {
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    match store.delete(&path).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(OriginError::from_store(e)),
+                    }
+                },
+            )
+            .await
+    }
+
     /// Starts writing a new version of `url` (a multipart upload, parts of `part_size` bytes).
     pub async fn start_upload(&self, url: &ObjectUrl, part_size: usize) -> Result<Upload, OriginError> {
         let store = self.store_for(url)?;

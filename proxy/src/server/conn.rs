@@ -133,6 +133,10 @@ async fn serve_inner(
             }
             Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
             Request::ReadChunks(reqs) => send_batch(stream, settings, cache, reqs).await?,
+            Request::Delete { url } => {
+                let reply = cache.delete(&url).await.map_or_else(Response::Error, |()| Response::Deleted);
+                send(stream, &reply, settings).await?;
+            }
             Request::PutStart { url } => send(stream, &uploads.start(cache, &url).await, settings).await?,
             Request::PutData => send(stream, &uploads.data(&payload).await, settings).await?,
             Request::PutFinish { size, crc32c } => {

@@ -213,6 +213,11 @@ impl Client {
         Ok((meta.size, meta.etag))
     }
 
+    /// Deletes `url` at the origin (an absent object is not an error).
+    fn delete(&self, py: Python<'_>, url: &str) -> PyResult<()> {
+        py.detach(|| self.inner.delete(url)).map_err(|e| to_py(py, e))
+    }
+
     /// Chunk size of this client's reads (`MOX_FILE_CHUNK_SIZE`).
     #[getter]
     fn chunk_size(&self) -> u64 {

@@ -150,3 +150,25 @@ def test_a_write_that_fails_midway_publishes_nothing(bucket):
             f.write(b"half of it")
             raise RuntimeError("the training step crashed")
     assert not mox.file.exists(url)
+
+
+def test_remove_and_make_dirs(s3, bucket, tmp_path):
+    for key in ["r/a", "r/sub/b", "r/sub/c", "keep/x"]:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"data")
+    url = f"obs://{bucket}/r/a"
+    assert mox.file.read(url) == "data"  # cached metadata and chunks
+    mox.file.remove(url)
+    assert not mox.file.exists(url)
+    with pytest.raises(FileNotFoundError):
+        mox.file.read(url)
+    with pytest.raises(FileNotFoundError):
+        mox.file.remove(url)
+    mox.file.remove(f"obs://{bucket}/r", recursive=True)
+    assert not mox.file.exists(f"obs://{bucket}/r")
+    assert mox.file.exists(f"obs://{bucket}/keep/x")
+    mox.file.make_dirs(f"obs://{bucket}/new/dir")  # nothing to create in an object store
+    mox.file.make_dirs(str(tmp_path / "a" / "b"))
+    assert (tmp_path / "a" / "b").is_dir()
+    (tmp_path / "a" / "b" / "f").write_text("x")
+    mox.file.remove(str(tmp_path / "a"), recursive=True)
+    assert not (tmp_path / "a").exists()

@@ -249,6 +249,36 @@ def copy_parallel(src_url, dst_url):
             del done
 
 
+def remove(path, recursive=False):
+    """Deletes a file or object; with ``recursive``, a directory (object prefix) and everything below."""
+    local = _local_path(path)
+    if local is not None:
+        if recursive and os.path.isdir(local):
+            import shutil
+
+            shutil.rmtree(local)
+        else:
+            os.remove(local)
+        return
+    if recursive:
+        base = path.rstrip("/")
+        names = list_directory(base, recursive=True)
+        with ThreadPoolExecutor(max_workers=PARALLEL_THREADS) as pool:
+            list(pool.map(lambda n: _fleet().delete(f"{base}/{n}"), names))
+        return
+    if not exists(path):
+        raise NotFoundError(f"{path}: no such object")
+    _fleet().delete(path)
+
+
+def make_dirs(path):
+    """Creates a directory and its parents. Object stores have no directories (a prefix exists
+    once an object is written below it), so for object URLs there is nothing to do."""
+    local = _local_path(path)
+    if local is not None:
+        os.makedirs(local, exist_ok=True)
+
+
 class _ObjectRaw(io.RawIOBase):
     """A seekable, readable raw stream over one object version (reads by range through the fleet)."""
 
