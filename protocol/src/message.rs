@@ -176,6 +176,15 @@ pub enum Request {
     Delete {
         url: String,
     },
+    /// Like `PutStart`, for a memarts-only object (`write_memarts`): the cache holds the only copy,
+    /// and `Put` is answered only once it is durable.
+    PutMemartsStart {
+        url: String,
+    },
+    /// A memarts-only object: answered with `Chunk` (its whole data as one body) or `NotFound`.
+    ReadMemarts {
+        url: String,
+    },
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253

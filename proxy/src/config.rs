@@ -29,6 +29,10 @@ pub struct FleetConfig {
     /// In a config file either a number of bytes or a string such as `"50GiB"`.
     #[serde(deserialize_with = "de_size")]
     pub capacity: Option<u64>,
+    /// Bytes memarts-only objects (`write_memarts`) may take on disk, fleet-wide; `None`: bounded
+    /// by free space only. Like `capacity`, a number or a string such as `"10GiB"`.
+    #[serde(deserialize_with = "de_size")]
+    pub memarts_only_capacity: Option<u64>,
     /// `auto` (io_uring, pread when unavailable), `io_uring` or `pread`.
     pub io_engine: String,
     /// Serve from the origin without caching anything (memarts disabled: the client library's
@@ -96,6 +100,7 @@ impl Default for FleetConfig {
             run_dir: default_run_dir(),
             cache_dir: default_cache_dir(),
             capacity: None,
+            memarts_only_capacity: None,
             io_engine: "auto".into(),
             passthrough: false,
             meta_ttl_secs: 60.0,
@@ -132,6 +137,10 @@ impl FleetConfig {
         }
         if let Some(v) = get("MEMARTS_CACHE_CAPACITY").filter(|v| !v.is_empty()) {
             self.capacity = Some(parse_size(&v).map_err(|e| format!("MEMARTS_CACHE_CAPACITY: {e}"))?);
+        }
+        if let Some(v) = get("MEMARTS_ONLY_CAPACITY").filter(|v| !v.is_empty()) {
+            self.memarts_only_capacity =
+                Some(parse_size(&v).map_err(|e| format!("MEMARTS_ONLY_CAPACITY: {e}"))?);
         }
         if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
             self.origin.endpoint = Some(v);

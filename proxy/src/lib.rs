@@ -19,6 +19,7 @@ pub mod chunk_store;
 pub mod config;
 pub mod embedded;
 pub mod lifecycle;
+pub mod memarts_only;
 pub mod origin;
 pub mod server;
 pub mod size;
@@ -62,7 +63,15 @@ pub fn build_cache_with(
         io_engine,
         passthrough: cfg.passthrough,
     };
-    let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES));
+    let only = if cfg.passthrough {
+        None
+    } else {
+        Some(
+            memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity)
+                .map_err(|e| format!("cache dir {}: {e}", cfg.cache_dir.display()))?,
+        )
+    };
+    let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
     Ok((cache, fallback.map(|why| format!("using the pread engine: {why}"))))
 }
 

@@ -68,6 +68,23 @@ pub fn read_first(
     Ok((meta, c.from_cache))
 }
 
+/// A memarts-only object into `sink` (sized when the reply arrives). Its bytes are checked; damage
+/// is `Corrupt`, since the cache holds the only copy.
+pub fn read_memarts(conn: &mut Conn, url: &str, sink: &mut dyn Sink) -> Result<u64> {
+    let reply = conn.call(&Request::ReadMemarts { url: url.to_string() })?;
+    let c = match reply.response {
+        Response::Chunk(c) => c,
+        Response::Error(e) => return Err(e.into()),
+        other => return Err(Error::Protocol(format!("unexpected answer to ReadMemarts: {other:?}"))),
+    };
+    let size = usize::try_from(c.len).map_err(|_| Error::BadRequest("object too large".into()))?;
+    sink.reserve(size)?;
+    if !receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, sink.room())? {
+        return Err(Error::Corrupt(format!("memarts-only object {url} failed its checksum")));
+    }
+    Ok(c.len)
+}
+
 /// Takes a chunk reply's bytes into `dst`: the inline payload, or the passed descriptor's bytes,
 /// checksummed. Returns false when descriptor-served bytes fail their checksum.
 fn receive_body(

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BATCH};
 
-use crate::chunk_io::{read_batch, read_chunk, read_first};
+use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
 use crate::client::{parse, Client};
 use crate::error::{Error, Result};
 use crate::fill::{as_room, Room, Sink, VecSink};
@@ -59,6 +59,14 @@ impl Client {
             }
         }
         Ok(meta)
+    }
+
+    /// A memarts-only object (`write_memarts`) into `sink`; returns its size.
+    pub fn read_memarts_to(&self, url: &str, sink: &mut dyn Sink) -> Result<u64> {
+        let url = parse(url)?.to_string();
+        let slot = memarts_protocol::meta_owner_slot(&url, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        self.with_slot(slot, deadline, |conn| read_memarts(conn, &url, sink))
     }
 
     /// `len` bytes from `offset` (fewer at the end of the object).

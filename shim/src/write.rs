@@ -26,6 +26,22 @@ impl Client {
         })
     }
 
+    /// Writes `data` as the memarts-only object `url` (`write_memarts`): the cache holds the only
+    /// copy; `Ok` means it is durable. No room is `Error::NoSpace`.
+    pub fn put_memarts_bytes(&self, url: &str, data: &[u8]) -> Result<ObjectMeta> {
+        let parsed = parse(url)?;
+        let url = parsed.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        let mut buf = vec![0u8; PIECE.min(data.len())];
+        let read_at = |offset: u64, buf: &mut [u8]| {
+            buf.copy_from_slice(&data[offset as usize..offset as usize + buf.len()]);
+            Ok(())
+        };
+        let start = Request::PutMemartsStart { url: url.clone() };
+        self.with_slot(slot, deadline, |conn| upload(conn, &start, data.len() as u64, &read_at, &mut buf))
+    }
+
     /// Writes the local file `path` as the new version of `url`.
     pub fn put_file(&self, url: &str, path: &Path) -> Result<ObjectMeta> {
         let file = File::open(path)?;
@@ -44,7 +60,8 @@ impl Client {
         let slot = meta_owner_slot(&url, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
         let mut buf = vec![0u8; PIECE.min(size as usize)];
-        let meta = self.with_slot(slot, deadline, |conn| upload(conn, &url, size, &read_at, &mut buf))?;
+        let start = Request::PutStart { url: url.clone() };
+        let meta = self.with_slot(slot, deadline, |conn| upload(conn, &start, size, &read_at, &mut buf))?;
         self.refresh_first_owner(&parsed, slot, deadline);
         Ok(meta)
     }
@@ -92,12 +109,12 @@ fn expect_ack(reply: Response) -> Result<u64> {
 
 fn upload(
     conn: &mut Conn,
-    url: &str,
+    start: &Request,
     size: u64,
     read_at: &impl Fn(u64, &mut [u8]) -> std::io::Result<()>,
     buf: &mut [u8],
 ) -> Result<ObjectMeta> {
-    expect_ack(conn.call(&Request::PutStart { url: url.to_string() })?.response)?;
+    expect_ack(conn.call(start)?.response)?;
     let mut crc = Crc32c::default();
     let mut offset = 0u64;
     while offset < size {

@@ -22,6 +22,7 @@ use memarts_protocol::{
 };
 
 use crate::chunk_store::{CachedChunk, ChunkKey, ChunkStore, StoreError};
+use crate::memarts_only::{OnlyError, OnlyStore};
 use crate::origin::Origin;
 pub use flight::Flights;
 pub use index::ChunkIndex;
@@ -82,6 +83,8 @@ pub struct Cache {
     store: Arc<ChunkStore>,
     index: Mutex<ChunkIndex>,
     meta: MetaCache,
+    /// memarts-only objects; `None` in a pass-through engine, which stores nothing.
+    only: Option<Arc<OnlyStore>>,
     open: OpenChunks,
     flights: Arc<Flights<Result<Fetched, WireError>>>,
     heads: Arc<Flights<Result<ObjectMeta, WireError>>>,
@@ -99,9 +102,16 @@ fn parse_url(url: &str) -> Result<ObjectUrl, WireError> {
 }
 
 impl Cache {
-    pub fn new(info: SlotInfo, origin: Origin, store: ChunkStore, meta: MetaCache) -> Arc<Cache> {
+    pub fn new(
+        info: SlotInfo,
+        origin: Origin,
+        store: ChunkStore,
+        meta: MetaCache,
+        only: Option<OnlyStore>,
+    ) -> Arc<Cache> {
         Arc::new(Cache {
             info,
+            only: only.map(Arc::new),
             origin: Arc::new(origin),
             store: Arc::new(store),
             index: Mutex::new(ChunkIndex::default()),
@@ -162,6 +172,65 @@ impl Cache {
             self.meta.put(url.to_string(), meta.clone());
         } else {
             self.meta.invalidate(&url.to_string());
+        }
+    }
+
+    /// The store of memarts-only objects, or why there is none.
+    pub fn only_store(&self) -> Result<Arc<OnlyStore>, WireError> {
+        self.only.clone().ok_or_else(|| {
+            WireError::new(
+                ErrorCode::NoSpace,
+                "memarts is disabled here (direct mode): memarts-only objects cannot be stored",
+            )
+        })
+    }
+
+    /// A memarts-only object as one chunk reply: its header verified; its data inline (checked
+    /// here) when small, else by descriptor (checked by the client). Damage is `Corrupt`: there is
+    /// no other copy to fall back on.
+    pub async fn read_memarts(&self, url: &str) -> Result<ChunkOutcome, WireError> {
+        let parsed = parse_url(url)?;
+        let store = self.only_store().map_err(|_| {
+            WireError::new(ErrorCode::NotFound, format!("{url}: no memarts-only objects in direct mode"))
+        })?;
+        let found = tokio::task::spawn_blocking(move || {
+            let stored = store.get(&parsed)?;
+            let Some(s) = stored else { return Ok(None) };
+            if s.len > INLINE_MAX {
+                return Ok(Some((s, None)));
+            }
+            let mut data = vec![0u8; s.len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&s.file, &mut data, s.data_offset)?;
+            if memarts_protocol::crc32c(&data) != s.crc32c {
+                return Err(OnlyError::Corrupt {
+                    url: parsed.to_string(),
+                    why: "data checksum mismatch".into(),
+                });
+            }
+            Ok(Some((s, Some(data))))
+        })
+        .await
+        .map_err(|e| WireError::new(ErrorCode::Internal, e.to_string()))?;
+        match found {
+            Ok(None) => {
+                Err(WireError::new(ErrorCode::NotFound, format!("{url}: no such memarts-only object")))
+            }
+            Ok(Some((s, Some(data)))) => {
+                Ok(ChunkOutcome::Bytes { crc32c: s.crc32c, data: data.into(), from_cache: true })
+            }
+            Ok(Some((s, None))) => Ok(ChunkOutcome::Fd(CachedChunk {
+                id: crate::chunk_store::ChunkId(0),
+                file: Arc::new(s.file),
+                data_offset: s.data_offset,
+                len: s.len,
+                crc32c: s.crc32c,
+                flags: crate::chunk_store::format::FLAG_MEMARTS_ONLY,
+            })),
+            Err(OnlyError::Corrupt { url, why }) => {
+                self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+                Err(WireError::new(ErrorCode::Corrupt, format!("{url}: {why}")))
+            }
+            Err(e) => Err(WireError::new(ErrorCode::Internal, e.to_string())),
         }
     }
 

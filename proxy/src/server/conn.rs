@@ -138,7 +138,14 @@ async fn serve_inner(
                 send(stream, &reply, settings).await?;
             }
             Request::PutStart { url } => send(stream, &uploads.start(cache, &url).await, settings).await?,
-            Request::PutData => send(stream, &uploads.data(&payload).await, settings).await?,
+            Request::PutData => send(stream, &uploads.data(payload).await, settings).await?,
+            Request::PutMemartsStart { url } => {
+                send(stream, &uploads.start_memarts_only(cache, &url).await, settings).await?
+            }
+            Request::ReadMemarts { url } => match cache.read_memarts(&url).await {
+                Ok(outcome) => send_chunk(stream, settings, outcome, Response::Chunk).await?,
+                Err(e) => send(stream, &Response::Error(e), settings).await?,
+            },
             Request::PutFinish { size, crc32c } => {
                 send(stream, &uploads.finish(cache, size, crc32c).await, settings).await?
             }

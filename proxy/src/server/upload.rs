@@ -1,20 +1,31 @@
-//! Uploads on one connection: `PutStart`, any number of `PutData`, then `PutFinish`, which checks
-//! the size and CRC32C of everything received before the new version becomes visible at the origin.
-//! At most one upload per connection; one left unfinished is abandoned (aborted) when the next
-//! starts or the connection ends.
+//! Uploads on one connection: `PutStart` (to the origin) or `PutMemartsStart` (a memarts-only
+//! object), any number of `PutData`, then `PutFinish`, which checks the size and CRC32C of everything
+//! received before the new version becomes visible (at the origin) or durable (memarts-only). At most
+//! one upload per connection; one left unfinished is abandoned when the next starts or the
+//! connection ends.
+
+use std::sync::Arc;
 
 use memarts_protocol::{Crc32c, ErrorCode, ObjectMeta, ObjectUrl, Response, WireError};
 
 use crate::cache::Cache;
+use crate::memarts_only::{OnlyError, OnlyStore, Writer};
 use crate::origin::Upload;
 
 /// Bytes per multipart part sent to the origin.
 const PART_SIZE: usize = 8 << 20;
 
+/// The ETag reported for memarts-only objects (they have no origin version).
+pub const MEMARTS_ONLY_ETAG: &str = "memarts-only";
+
+enum Target {
+    Origin { upload: Upload, crc: Crc32c },
+    Only { store: Arc<OnlyStore>, writer: Option<Writer> },
+}
+
 struct Current {
     url: ObjectUrl,
-    upload: Upload,
-    crc: Crc32c,
+    target: Target,
 }
 
 #[derive(Default)]
@@ -26,6 +37,10 @@ fn error(code: ErrorCode, msg: impl Into<String>) -> Response {
     Response::Error(WireError::new(code, msg))
 }
 
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 impl Uploads {
     pub async fn start(&mut self, cache: &Cache, url: &str) -> Response {
         self.abandon().await;
@@ -35,23 +50,74 @@ impl Uploads {
         };
         match cache.origin().start_upload(&url, PART_SIZE).await {
             Ok(upload) => {
-                self.current = Some(Current { url, upload, crc: Crc32c::default() });
+                self.current =
+                    Some(Current { url, target: Target::Origin { upload, crc: Crc32c::default() } });
                 Response::PutAck { received: 0 }
             }
             Err(e) => Response::Error(e.into()),
         }
     }
 
-    pub async fn data(&mut self, bytes: &[u8]) -> Response {
+    pub async fn start_memarts_only(&mut self, cache: &Cache, url: &str) -> Response {
+        self.abandon().await;
+        let url = match ObjectUrl::parse(url) {
+            Ok(u) => u,
+            Err(e) => return error(ErrorCode::BadRequest, e.to_string()),
+        };
+        let store = match cache.only_store() {
+            Ok(s) => s,
+            Err(e) => return Response::Error(e),
+        };
+        let (begun, url) = {
+            let store = store.clone();
+            match tokio::task::spawn_blocking(move || (store.begin(&url), url)).await {
+                Ok(r) => r,
+                Err(e) => return error(ErrorCode::Internal, e.to_string()),
+            }
+        };
+        match begun {
+            Ok(writer) => {
+                self.current = Some(Current { url, target: Target::Only { store, writer: Some(writer) } });
+                Response::PutAck { received: 0 }
+            }
+            Err(e) => error(no_space_or_internal(&e), format!("memarts-only object: {e}")),
+        }
+    }
+
+    pub async fn data(&mut self, bytes: Vec<u8>) -> Response {
         let Some(cur) = self.current.as_mut() else {
             return error(ErrorCode::BadRequest, "PutData without PutStart");
         };
-        cur.crc.update(bytes);
-        match cur.upload.write(bytes).await {
-            Ok(()) => Response::PutAck { received: cur.upload.written() },
+        let result = match &mut cur.target {
+            Target::Origin { upload, crc } => {
+                crc.update(&bytes);
+                upload.write(&bytes).await.map(|()| upload.written()).map_err(WireError::from)
+            }
+            Target::Only { writer, .. } => {
+                let Some(mut w) = writer.take() else {
+                    return error(ErrorCode::Internal, "upload state lost");
+                };
+                match tokio::task::spawn_blocking(move || {
+                    let r = w.write(&bytes);
+                    (w, r)
+                })
+                .await
+                {
+                    Ok((w, r)) => {
+                        let written = w.written();
+                        *writer = Some(w);
+                        r.map(|()| written)
+                            .map_err(|e| WireError::new(no_space_or_internal(&e), e.to_string()))
+                    }
+                    Err(e) => Err(WireError::new(ErrorCode::Internal, e.to_string())),
+                }
+            }
+        };
+        match result {
+            Ok(received) => Response::PutAck { received },
             Err(e) => {
                 self.abandon().await;
-                Response::Error(e.into())
+                Response::Error(e)
             }
         }
     }
@@ -60,29 +126,73 @@ impl Uploads {
         let Some(cur) = self.current.take() else {
             return error(ErrorCode::BadRequest, "PutFinish without PutStart");
         };
-        let (written, crc) = (cur.upload.written(), cur.crc.finish());
-        if written != size || crc != crc32c {
-            cur.upload.abort().await;
-            return error(
+        let url = cur.url;
+        let mismatch = |written: u64, crc: u32| {
+            error(
                 ErrorCode::BadRequest,
-                format!("upload of {} ended with {written} bytes (crc {crc:08x}); the client sent {size} (crc {crc32c:08x}); nothing was written", cur.url),
-            );
-        }
-        match cur.upload.finish().await {
-            Ok((etag, version)) => {
-                let now =
-                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-                let meta = ObjectMeta { size, etag, version, last_modified_ms: now.as_millis() as i64 };
-                cache.note_written(&cur.url, &meta);
-                Response::Put(meta)
+                format!(
+                    "upload of {url} ended with {written} bytes (crc {crc:08x}); the client sent {size} \
+                     (crc {crc32c:08x}); nothing was written"
+                ),
+            )
+        };
+        match cur.target {
+            Target::Origin { upload, crc } => {
+                let (written, crc) = (upload.written(), crc.finish());
+                if written != size || crc != crc32c {
+                    upload.abort().await;
+                    return mismatch(written, crc);
+                }
+                match upload.finish().await {
+                    Ok((etag, version)) => {
+                        let meta = ObjectMeta { size, etag, version, last_modified_ms: now_ms() };
+                        cache.note_written(&url, &meta);
+                        Response::Put(meta)
+                    }
+                    Err(e) => Response::Error(e.into()),
+                }
             }
-            Err(e) => Response::Error(e.into()),
+            Target::Only { store, writer } => {
+                let Some(w) = writer else { return error(ErrorCode::Internal, "upload state lost") };
+                let (written, crc) = (w.written(), w.crc());
+                if written != size || crc != crc32c {
+                    return mismatch(written, crc);
+                }
+                match tokio::task::spawn_blocking(move || store.commit(w)).await {
+                    Ok(Ok(_)) => Response::Put(ObjectMeta {
+                        size,
+                        etag: Some(MEMARTS_ONLY_ETAG.into()),
+                        version: None,
+                        last_modified_ms: now_ms(),
+                    }),
+                    Ok(Err(OnlyError::Quota { need, used, quota })) => error(
+                        ErrorCode::NoSpace,
+                        format!("memarts-only quota: {need} more bytes do not fit ({used} of {quota} used)"),
+                    ),
+                    Ok(Err(OnlyError::Io(e))) => {
+                        error(no_space_or_internal(&e), format!("memarts-only object: {e}"))
+                    }
+                    Ok(Err(e)) => error(ErrorCode::Internal, e.to_string()),
+                    Err(e) => error(ErrorCode::Internal, e.to_string()),
+                }
+            }
         }
     }
 
     pub async fn abandon(&mut self) {
         if let Some(cur) = self.current.take() {
-            cur.upload.abort().await;
+            match cur.target {
+                Target::Origin { upload, .. } => upload.abort().await,
+                // Dropping the writer removes its temp file.
+                Target::Only { writer, .. } => drop(writer),
+            }
         }
+    }
+}
+
+fn no_space_or_internal(e: &std::io::Error) -> ErrorCode {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::NoSpace,
+        _ => ErrorCode::Internal,
     }
 }

@@ -213,6 +213,22 @@ impl Client {
         Ok((meta.size, meta.etag))
     }
 
+    /// Stores `data` as the memarts-only object `url`; returns once it is durable.
+    fn put_memarts(&self, py: Python<'_>, url: &str, data: &[u8]) -> PyResult<u64> {
+        let meta = py.detach(|| self.inner.put_memarts_bytes(url, data)).map_err(|e| to_py(py, e))?;
+        Ok(meta.size)
+    }
+
+    /// A memarts-only object as `bytes`.
+    fn read_memarts<'py>(&self, py: Python<'py>, url: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let mut sink = BytesSink::default();
+        py.detach(|| self.inner.read_memarts_to(url, &mut sink)).map_err(|e| to_py(py, e))?;
+        match sink.obj {
+            Some(obj) => Ok(obj.into_bound(py)),
+            None => Ok(PyBytes::new(py, b"")),
+        }
+    }
+
     /// Deletes `url` at the origin (an absent object is not an error).
     fn delete(&self, py: Python<'_>, url: &str) -> PyResult<()> {
         py.detach(|| self.inner.delete(url)).map_err(|e| to_py(py, e))

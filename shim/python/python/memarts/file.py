@@ -17,18 +17,19 @@ dir; without memarts, objects are read straight from the origin. See :func:`mode
 Writes (``copy`` to an object URL, ``File`` in ``'w'``/``'wb'`` mode, which uploads on close) go
 to the object store through the fleet, checked end to end with CRC32C.
 
-Not in this version yet (they raise ``BadRequestError`` saying so): ``write_memarts`` and
-``memarts_only`` reads.
+``write_memarts`` stores objects in the cache only (durable before it returns True; never evicted;
+read back with ``read_meta_free(path, binary=True, memarts_only=True)``).
 """
 
 import io
+import logging
 import os
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _memarts
-from .errors import BadRequestError, ConfigError, NotFoundError
+from .errors import BadRequestError, ConfigError, Error, NoSpaceError, NotFoundError
 
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
@@ -128,10 +129,36 @@ def read(path, binary=False):
 
 def read_meta_free(path, binary=False, memarts_only=False):
     """Like :func:`read`, for very large datasets: no metadata is fetched ahead of the data (the
-    fleet returns the size with the first chunk, in one round trip)."""
+    fleet returns the size with the first chunk, in one round trip). With ``memarts_only``, reads an
+    object stored by :func:`write_memarts`."""
     if memarts_only:
-        raise BadRequestError("memarts_only reads need write_memarts, which this version does not have yet")
+        data = _fleet().read_memarts(path)
+        return data if binary else data.decode("utf-8")
     return read(path, binary=binary)
+
+
+_log = logging.getLogger("memarts")
+
+
+def write_memarts(path, data, retry=3):
+    """Stores ``data`` (bytes) in the memarts cache only: the cache holds the only copy, which is
+    never evicted and survives restarts. Returns True once the data is durable, False (with the
+    reason logged on the ``memarts`` logger) when it cannot be stored: no room, memarts disabled, or
+    ``retry`` attempts failed."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError("write_memarts needs bytes; encode text first")
+    last = None
+    for _attempt in range(max(1, int(retry))):
+        try:
+            _fleet().put_memarts(path, bytes(data))
+            return True
+        except (NoSpaceError, BadRequestError) as e:
+            _log.warning("write_memarts(%s) failed: %s", path, e)
+            return False
+        except Error as e:
+            last = e
+    _log.warning("write_memarts(%s) failed after %d attempts: %s", path, max(1, int(retry)), last)
+    return False
 
 
 def exists(path):
