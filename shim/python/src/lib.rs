@@ -229,6 +229,19 @@ impl Client {
         }
     }
 
+    /// Copies the object `url` to the local file `path` in bounded memory; objects of at least
+    /// `large_threshold` bytes are copied as `large_tasks` ranges at once. Returns the size.
+    fn download(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        path: PathBuf,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> PyResult<u64> {
+        py.detach(|| self.inner.download(url, &path, large_tasks, large_threshold)).map_err(|e| to_py(py, e))
+    }
+
     /// Deletes `url` at the origin (an absent object is not an error).
     fn delete(&self, py: Python<'_>, url: &str) -> PyResult<()> {
         py.detach(|| self.inner.delete(url)).map_err(|e| to_py(py, e))

@@ -114,6 +114,9 @@ def test_mount_path_mapping_reads_local_directories(s3, bucket, tmp_path):
         ("MOX_COPY_PARALLEL_THREADS", "0"),
         ("MOX_AUTO_READ_META_FREE", "yes"),
         ("MOX_OBS_TO_MOUNT_PATH", "obs://b/a:/cache/a"),
+        ("MOX_MEMARTS_LARGE_FILE_ACC", "2"),
+        ("MOX_FILE_PARTIAL_MAXIMUM_SIZE", "5GB"),
+        ("MOX_FILE_LARGE_FILE_TASK_NUM", "-1"),
     ],
 )
 def test_malformed_environment_is_an_error_naming_the_variable(name, value):
@@ -126,3 +129,15 @@ def test_malformed_chunk_size_is_an_error_naming_the_variable(s3, bucket):
     out = _python(f"import memarts as mox; mox.file.read('obs://{bucket}/x')", MOX_FILE_CHUNK_SIZE="1MB")
     assert out.returncode != 0
     assert "ConfigError" in out.stderr and "MOX_FILE_CHUNK_SIZE" in out.stderr, out.stderr
+
+
+def test_large_file_acceleration_copies_in_ranges(s3, bucket, tmp_path):
+    data = pattern(31, (5 << 20) + 77)
+    s3.put_object(Bucket=bucket, Key="large.bin", Body=data)
+    dst = tmp_path / "large.bin"
+    code = f"import memarts as mox; mox.file.copy('obs://{bucket}/large.bin', {str(dst)!r})"
+    out = _python(code, MOX_MEMARTS_LARGE_FILE_ACC="1", MOX_FILE_PARTIAL_MAXIMUM_SIZE="1000000",
+                  MOX_FILE_LARGE_FILE_TASK_NUM="4")
+    assert out.returncode == 0, out.stderr
+    assert dst.read_bytes() == data
+    assert [n for n in os.listdir(tmp_path)] == ["large.bin"], "temp files left behind"

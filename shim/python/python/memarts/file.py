@@ -7,7 +7,8 @@ local SSD cache.
 
 Environment (read when this module is imported; a malformed value raises ``ConfigError`` naming it):
 ``MOX_COPY_PARALLEL_THREADS`` (16), ``MOX_OBS_TO_MOUNT_PATH`` (``obs://a=/cache/a;obs://b=/cache/b``),
-``MOX_AUTO_READ_META_FREE`` (0); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
+``MOX_AUTO_READ_META_FREE`` (0), ``MOX_MEMARTS_LARGE_FILE_ACC`` (0) with
+``MOX_FILE_PARTIAL_MAXIMUM_SIZE`` (5 GiB) and ``MOX_FILE_LARGE_FILE_TASK_NUM`` (8); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
 are read by the client when it first connects.
 
 Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is used through its
@@ -69,6 +70,9 @@ def _env_mounts(name):
 
 
 PARALLEL_THREADS = _env_int("MOX_COPY_PARALLEL_THREADS", 16, 1, 1024)
+LARGE_FILE_ACC = _env_flag("MOX_MEMARTS_LARGE_FILE_ACC")
+PARTIAL_MAXIMUM_SIZE = _env_int("MOX_FILE_PARTIAL_MAXIMUM_SIZE", 5 << 30, 1, 1 << 62)
+LARGE_FILE_TASK_NUM = _env_int("MOX_FILE_LARGE_FILE_TASK_NUM", 8, 1, 256)
 AUTO_READ_META_FREE = _env_flag("MOX_AUTO_READ_META_FREE")
 MOUNTS = _env_mounts("MOX_OBS_TO_MOUNT_PATH")
 
@@ -244,22 +248,23 @@ def copy(src_url, dst_url):
         else:
             _fleet().put_bytes(dst_url, _fleet().read(src_url))
         return
-    data = read(src_url, binary=True) if src is None else None
     parent = os.path.dirname(dst)
     if parent:
         os.makedirs(parent, exist_ok=True)
+    if src is None:
+        # Streams in bounded memory; large objects go as several ranges at once when
+        # MOX_MEMARTS_LARGE_FILE_ACC=1 (MOX_FILE_PARTIAL_MAXIMUM_SIZE, MOX_FILE_LARGE_FILE_TASK_NUM).
+        tasks = LARGE_FILE_TASK_NUM if LARGE_FILE_ACC else 1
+        _fleet().download(src_url, dst, tasks, PARTIAL_MAXIMUM_SIZE)
+        return
     tmp = f"{dst}.memarts-{os.getpid()}-{threading.get_ident()}.tmp"
     try:
-        with open(tmp, "wb") as out:
-            if data is not None:
-                out.write(data)
-            else:
-                with open(src, "rb") as f:
-                    while True:
-                        block = f.read(8 << 20)
-                        if not block:
-                            break
-                        out.write(block)
+        with open(tmp, "wb") as out, open(src, "rb") as f:
+            while True:
+                block = f.read(8 << 20)
+                if not block:
+                    break
+                out.write(block)
         os.replace(tmp, dst)
     finally:
         if os.path.exists(tmp):
