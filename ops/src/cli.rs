@@ -49,6 +49,8 @@ pub enum Command {
     /// Copy an object (or with -r every object under a prefix) to a local path, or a local file
     /// (or with -r a directory) to an object URL; through the fleet when one runs.
     Cp(CpArgs),
+    /// Store a local file as an object, or with --memarts-only in the cache only (write_memarts).
+    Put(PutArgs),
     /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
     /// and how much came from the cache and from the origin.
     Warmup(WarmupArgs),
@@ -78,6 +80,18 @@ pub struct CpArgs {
     /// Objects copied at once [default: MOX_COPY_PARALLEL_THREADS, else 16]
     #[arg(long, env = "MOX_COPY_PARALLEL_THREADS", default_value_t = 16)]
     pub threads: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct PutArgs {
+    /// Object URL to write
+    pub url: String,
+    /// Local file to read
+    pub file: std::path::PathBuf,
+    /// Keep the object only in the memarts cache (durable, never evicted, never sent to the origin);
+    /// needs a running fleet
+    #[arg(long)]
+    pub memarts_only: bool,
 }
 
 #[derive(Args, Debug)]
@@ -152,6 +166,7 @@ pub fn main() -> ExitCode {
         Command::Warmup(a) => crate::warmup::warmup(&cli.common, a),
         Command::Ls(a) => crate::transfer::ls(&cli.common, a),
         Command::Cp(a) => crate::transfer::cp(&cli.common, a),
+        Command::Put(a) => crate::transfer::put(&cli.common, a),
     };
     match result {
         Ok(code) => code,

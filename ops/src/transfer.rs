@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use memarts_protocol::ObjectMeta;
 
 use crate::access::{access, Access};
-use crate::cli::{Common, CpArgs, LsArgs};
+use crate::cli::{Common, CpArgs, LsArgs, PutArgs};
 
 /// Bytes read per step of one copy.
 const WINDOW: usize = 8 << 20;
@@ -96,6 +96,27 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     });
     bar.finish_and_clear();
     report(failures.into_inner().unwrap_or_else(|p| p.into_inner()), jobs.len())
+}
+
+pub fn put(common: &Common, args: &PutArgs) -> Result<ExitCode> {
+    let access = access(common)?;
+    let size = if args.memarts_only {
+        let Access::Fleet(client) = &access else {
+            bail!(
+                "--memarts-only needs a running fleet (memarts start_proxy N): the cache holds the only copy"
+            );
+        };
+        let data = std::fs::read(&args.file).with_context(|| args.file.display().to_string())?;
+        client.put_memarts_bytes(&args.url, &data)?.size
+    } else {
+        access.put_file(&args.url, &args.file)?
+    };
+    eprintln!(
+        "memarts: stored {} ({size} bytes{})",
+        args.url,
+        if args.memarts_only { ", memarts-only" } else { "" }
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `cp LOCAL URL` (one file) or `cp -r LOCAL_DIR URL_PREFIX` (every file below it).

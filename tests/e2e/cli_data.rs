@@ -77,3 +77,30 @@ fn ls_and_cp_through_the_fleet_fill_the_cache() {
         assert!(fleet.client(64 << 10).read(&url).unwrap() == *data, "{url} differs");
     }
 }
+
+#[test]
+fn put_stores_at_the_origin_or_in_the_cache_only() {
+    let bucket = moto().bucket("put");
+    let fleet = Fleet::start(2, &[]);
+    let file = fleet.dir.path().join("f.bin");
+    let data = pattern(800, 300_000);
+    std::fs::write(&file, &data).unwrap();
+    let url = format!("obs://{bucket}/p/f.bin");
+    let out = fleet.memarts(&["put", &url, file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(fleet.client(64 << 10).read(&url).unwrap(), data);
+    let only = format!("obs://{bucket}/p/only.bin");
+    let out = fleet.memarts(&["put", "--memarts-only", &only, file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        matches!(fleet.client(64 << 10).stat(&only), Err(memarts_shim::Error::NotFound(_))),
+        "memarts-only reached the origin"
+    );
+    let mut sink = memarts_shim::VecSink::default();
+    fleet.client(64 << 10).read_memarts_to(&only, &mut sink).unwrap();
+    // SAFETY: read_memarts_to returned Ok, so every reserved byte was written.
+    assert_eq!(unsafe { sink.finish() }, data);
+    fleet.stop_proxy();
+    let out = fleet.memarts(&["put", "--memarts-only", &only, file.to_str().unwrap()]);
+    assert!(!out.status.success() && text(&out.stderr).contains("running fleet"), "{}", text(&out.stderr));
+}
