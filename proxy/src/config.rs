@@ -35,6 +35,9 @@ pub struct FleetConfig {
     pub memarts_only_capacity: Option<u64>,
     /// `auto` (io_uring, pread when unavailable), `io_uring` or `pread`.
     pub io_engine: String,
+    /// Log every origin request attempt to `<run dir>/origin-<slot>.log` (MoXing's
+    /// `MOX_OBS_CLIENT_LOG`, on by default).
+    pub origin_log: bool,
     /// Serve from the origin without caching anything (memarts disabled: the client library's
     /// direct mode). Single-flight and the metadata cache still apply.
     pub passthrough: bool,
@@ -103,6 +106,7 @@ impl Default for FleetConfig {
             memarts_only_capacity: None,
             io_engine: "auto".into(),
             passthrough: false,
+            origin_log: true,
             meta_ttl_secs: 60.0,
             allowed_uids: Vec::new(),
             max_connections: 4096,
@@ -141,6 +145,13 @@ impl FleetConfig {
         if let Some(v) = get("MEMARTS_ONLY_CAPACITY").filter(|v| !v.is_empty()) {
             self.memarts_only_capacity =
                 Some(parse_size(&v).map_err(|e| format!("MEMARTS_ONLY_CAPACITY: {e}"))?);
+        }
+        if let Some(v) = get("MOX_OBS_CLIENT_LOG").filter(|v| !v.is_empty()) {
+            self.origin_log = match v.trim() {
+                "1" => true,
+                "0" => false,
+                other => return Err(format!("MOX_OBS_CLIENT_LOG: {other:?} must be 0 or 1")),
+            };
         }
         if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
             self.origin.endpoint = Some(v);

@@ -50,6 +50,12 @@ pub fn build_cache_with(
     slot: u32,
     origin: Origin,
 ) -> Result<(Arc<Cache>, Option<String>), String> {
+    let origin = if cfg.origin_log {
+        let path = cfg.run_dir.join(format!("origin-{slot}.log"));
+        origin.with_request_log(&path).map_err(|e| format!("origin request log {}: {e}", path.display()))?
+    } else {
+        origin
+    };
     let kind = cfg.engine_kind()?;
     let (engine, fallback) = select_engine(kind).map_err(|e| format!("I/O engine {}: {e}", cfg.io_engine))?;
     let io_engine = engine.name();

@@ -104,3 +104,32 @@ fn put_stores_at_the_origin_or_in_the_cache_only() {
     let out = fleet.memarts(&["put", "--memarts-only", &only, file.to_str().unwrap()]);
     assert!(!out.status.success() && text(&out.stderr).contains("running fleet"), "{}", text(&out.stderr));
 }
+
+#[test]
+fn origin_requests_are_logged_per_slot_without_credentials() {
+    let bucket = moto().bucket("log");
+    moto().put(&bucket, "o", &pattern(900, 200_000));
+    let fleet = Fleet::start(1, &[]);
+    fleet.client(64 << 10).read(&format!("obs://{bucket}/o")).unwrap();
+    let log = std::fs::read_to_string(fleet.run_dir.join("origin-0.log")).unwrap();
+    assert!(log.lines().any(|l| l.contains(" HEAD s3://") && l.contains("attempt=1 ok")), "{log}");
+    assert_eq!(log.lines().filter(|l| l.contains(" GET s3://")).count(), 4, "{log}");
+    assert!(!log.contains("testing"), "credentials in the request log: {log}");
+    fleet.stop_proxy();
+    let quiet = Fleet::start(1, &[("MOX_OBS_CLIENT_LOG", "0")]);
+    quiet.client(64 << 10).read(&format!("obs://{bucket}/o")).unwrap();
+    assert!(!quiet.run_dir.join("origin-0.log").exists());
+    let out = quiet.memarts(&["stop_proxy"]);
+    assert!(out.status.success());
+    let bad = std::process::Command::new(crate::common::fleet::memarts_bin())
+        .args(["start_proxy", "1"])
+        .env("MEMARTS_RUN_DIR", quiet.dir.path().join("run2"))
+        .env("MOX_OBS_CLIENT_LOG", "yes")
+        .output()
+        .unwrap();
+    assert!(
+        !bad.status.success() && text(&bad.stderr).contains("MOX_OBS_CLIENT_LOG"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

@@ -25,7 +25,7 @@ use object_store::path::Path;
 use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig, WriteMultipart};
 
 pub use error::OriginError;
-use retry::RetryPolicy;
+use retry::{Label, RetryPolicy};
 
 use crate::config::OriginConfig;
 
@@ -79,6 +79,12 @@ impl Origin {
             credentials: credentials.map(|(key_id, secret, token)| S3Credentials { key_id, secret, token }),
             stats: OriginStats::default(),
         }
+    }
+
+    /// Appends a line per origin request attempt to `path` (MoXing's `MOX_OBS_CLIENT_LOG`).
+    pub fn with_request_log(mut self, path: &std::path::Path) -> std::io::Result<Origin> {
+        self.policy.log = Some(Arc::new(retry::RequestLog::open(path)?));
+        Ok(self)
     }
 
     /// Uses `store` for `bucket` instead of building an S3 client (tests: `InMemory`, fault injectors).
@@ -151,6 +157,7 @@ impl Origin {
         let meta = self
             .policy
             .run(
+                Label { op: "HEAD", target: url },
                 0,
                 || self.count_retry(),
                 || async {
@@ -173,8 +180,10 @@ impl Origin {
         let store = self.store_for(url)?;
         let path = Self::path_of(url)?;
         let want = range.end - range.start;
+        let target = format!("{url} bytes={}-{} if-match={etag}", range.start, range.end.saturating_sub(1));
         self.policy
             .run(
+                Label { op: "GET", target: &target },
                 want,
                 || self.count_retry(),
                 || async {
@@ -225,6 +234,7 @@ impl Origin {
         let mut entries: Vec<ListEntry> = self
             .policy
             .run(
+                Label { op: if req.recursive { "LIST-R" } else { "LIST" }, target: &url },
                 0,
                 || self.count_retry(),
                 || async {
@@ -279,6 +289,7 @@ impl Origin {
         let path = Self::path_of(url)?;
         self.policy
             .run(
+                Label { op: "DELETE", target: url },
                 0,
                 || self.count_retry(),
                 || async {

@@ -1,14 +1,49 @@
 //! The retry policy for origin requests: per-attempt deadlines sized for the request, capped
 //! exponential backoff with full jitter, a bounded number of attempts, no retry for 403/404/412.
 
+use std::fmt::Display;
 use std::future::Future;
-use std::time::Duration;
+use std::io::{LineWriter, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::OriginConfig;
 use crate::origin::OriginError;
 
+/// The origin request log (MoXing's `MOX_OBS_CLIENT_LOG`): one line per attempt, with the time,
+/// operation, target, attempt number, outcome and duration. Credentials never appear in it.
+#[derive(Debug)]
+pub struct RequestLog(Mutex<LineWriter<std::fs::File>>);
+
+impl RequestLog {
+    pub fn open(path: &std::path::Path) -> std::io::Result<RequestLog> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
+        Ok(RequestLog(Mutex::new(LineWriter::new(file))))
+    }
+
+    fn record(&self, op: &str, target: &dyn Display, attempt: u32, outcome: &str, took: Duration) {
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(
+            w,
+            "{}.{:03} {op} {target} attempt={attempt} {outcome} {}ms",
+            now.as_secs(),
+            now.subsec_millis(),
+            took.as_millis()
+        );
+    }
+}
+
+/// What a request is, for the request log.
+pub struct Label<'a> {
+    pub op: &'static str,
+    pub target: &'a (dyn Display + Sync),
+}
+
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
+    pub log: Option<Arc<RequestLog>>,
     pub max_attempts: u32,
     pub base: Duration,
     pub cap: Duration,
@@ -19,6 +54,7 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     pub fn from_config(cfg: &OriginConfig) -> RetryPolicy {
         RetryPolicy {
+            log: None,
             max_attempts: cfg.max_attempts,
             base: Duration::from_millis(cfg.backoff_base_ms),
             cap: Duration::from_millis(cfg.backoff_max_ms),
@@ -44,6 +80,7 @@ impl RetryPolicy {
     /// attempt is bounded by `attempt_deadline(bytes)`. `on_retry` is called before each retry.
     pub async fn run<T, F, Fut>(
         &self,
+        label: Label<'_>,
         bytes: u64,
         mut on_retry: impl FnMut(),
         mut op: F,
@@ -56,11 +93,20 @@ impl RetryPolicy {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let started = Instant::now();
             let err = match tokio::time::timeout(deadline, op()).await {
-                Ok(Ok(v)) => return Ok(v),
+                Ok(Ok(v)) => {
+                    if let Some(log) = &self.log {
+                        log.record(label.op, label.target, attempt, "ok", started.elapsed());
+                    }
+                    return Ok(v);
+                }
                 Ok(Err(e)) => e,
                 Err(_) => OriginError::Failed(format!("no complete answer within {deadline:?}")),
             };
+            if let Some(log) = &self.log {
+                log.record(label.op, label.target, attempt, &format!("error: {err}"), started.elapsed());
+            }
             if !err.is_retryable() || attempt >= self.max_attempts {
                 if attempt > 1 && err.is_retryable() {
                     return Err(OriginError::Failed(format!("{err} (gave up after {attempt} attempts)")));
@@ -78,8 +124,13 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    fn label() -> Label<'static> {
+        Label { op: "GET", target: &"s3://b/k" }
+    }
+
     fn policy() -> RetryPolicy {
         RetryPolicy {
+            log: None,
             max_attempts: 4,
             base: Duration::from_millis(1),
             cap: Duration::from_millis(4),
@@ -93,6 +144,7 @@ mod tests {
         let calls = AtomicU32::new(0);
         let out = policy()
             .run(
+                label(),
                 0,
                 || {},
                 || async {
@@ -116,6 +168,7 @@ mod tests {
             let err = std::sync::Mutex::new(Some(err));
             let out: Result<(), _> = policy()
                 .run(
+                    label(),
                     0,
                     || {},
                     || {
@@ -135,6 +188,7 @@ mod tests {
         let calls = AtomicU32::new(0);
         let out: Result<(), _> = policy()
             .run(
+                label(),
                 0,
                 || {},
                 || async {
