@@ -90,6 +90,18 @@ impl Client {
         self.read_pieces(url, meta, offset, as_room(dst), self.cfg.parallel)
     }
 
+    /// [`Client::read_at_meta`] into room that need not be initialised (a buffer allocated for it);
+    /// on `Ok(n)` its first `n` bytes are written.
+    pub fn read_at_meta_room(
+        &self,
+        url: &str,
+        meta: &ObjectMeta,
+        offset: u64,
+        dst: &mut Room,
+    ) -> Result<usize> {
+        self.read_pieces(url, meta, offset, dst, self.cfg.parallel)
+    }
+
     /// Fetches the chunks covering `dst` with at most `workers` threads, the calling one included.
     /// On `Ok(n)` the first `n` bytes of `dst` are written.
     fn read_pieces(

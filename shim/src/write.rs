@@ -142,8 +142,20 @@ impl Client {
     /// offset. Objects of at least `large_threshold` bytes are split into `large_tasks` ranges copied
     /// at once (MoXing's `MOX_MEMARTS_LARGE_FILE_ACC`). Returns the size.
     pub fn download(&self, url: &str, path: &Path, large_tasks: usize, large_threshold: u64) -> Result<u64> {
-        const WINDOW: u64 = 16 << 20;
         let meta = self.stat(url)?;
+        self.download_at_meta(url, &meta, path, large_tasks, large_threshold)
+    }
+
+    /// [`Client::download`] of the version `meta` names (e.g. from a local metadata cache).
+    pub fn download_at_meta(
+        &self,
+        url: &str,
+        meta: &ObjectMeta,
+        path: &Path,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> Result<u64> {
+        const WINDOW: u64 = 16 << 20;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(
             ".{name}.memarts-{}-{:?}.tmp",
@@ -164,7 +176,7 @@ impl Client {
                 let mut offset = start;
                 while offset < end {
                     let n = ((end - offset) as usize).min(buf.len());
-                    let got = self.read_at_meta(url, &meta, offset, &mut buf[..n])?;
+                    let got = self.read_at_meta(url, meta, offset, &mut buf[..n])?;
                     if got != n {
                         return Err(Error::Origin(format!(
                             "{url}: object ended at {} of {}",

@@ -175,6 +175,70 @@ impl Client {
         }
     }
 
+    /// The whole object and the metadata of the version read: `(data, size, etag)`.
+    fn read_and_meta<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+    ) -> PyResult<(Bound<'py, PyBytes>, u64, Option<String>)> {
+        let mut sink = BytesSink::default();
+        let meta = py.detach(|| self.inner.read_to(url, &mut sink)).map_err(|e| to_py(py, e))?;
+        let data = match sink.obj {
+            Some(obj) => obj.into_bound(py),
+            None => PyBytes::new(py, b""),
+        };
+        Ok((data, meta.size, meta.etag))
+    }
+
+    /// The whole version `etag` (of `size` bytes) of the object, without asking for its metadata;
+    /// a changed object is a `StaleError`.
+    fn read_at_version<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        size: u64,
+        etag: String,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let meta =
+            memarts_protocol::ObjectMeta { size, etag: Some(etag), version: None, last_modified_ms: 0 };
+        let len =
+            usize::try_from(size).map_err(|_| to_py(py, Error::BadRequest("object too large".into())))?;
+        let mut sink = BytesSink::default();
+        py.detach(|| -> memarts_shim::Result<()> {
+            sink.reserve(len)?;
+            let n = self.inner.read_at_meta_room(url, &meta, 0, sink.room())?;
+            if n != len {
+                return Err(Error::Stale(format!("{url}: {n} bytes where {len} were cached")));
+            }
+            Ok(())
+        })
+        .map_err(|e| to_py(py, e))?;
+        match sink.obj {
+            Some(obj) => Ok(obj.into_bound(py)),
+            None => Ok(PyBytes::new(py, b"")),
+        }
+    }
+
+    /// `download` of a version `(size, etag)` known from a metadata cache.
+    fn download_at_version(
+        &self,
+        py: Python<'_>,
+        url: &str,
+        version: (u64, String),
+        path: PathBuf,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> PyResult<u64> {
+        let meta = memarts_protocol::ObjectMeta {
+            size: version.0,
+            etag: Some(version.1),
+            version: None,
+            last_modified_ms: 0,
+        };
+        py.detach(|| self.inner.download_at_meta(url, &meta, &path, large_tasks, large_threshold))
+            .map_err(|e| to_py(py, e))
+    }
+
     /// Up to `length` bytes from `offset`.
     fn read_range<'py>(
         &self,

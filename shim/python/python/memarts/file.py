@@ -7,7 +7,8 @@ local SSD cache.
 
 Environment (read when this module is imported; a malformed value raises ``ConfigError`` naming it):
 ``MOX_COPY_PARALLEL_THREADS`` (16), ``MOX_OBS_TO_MOUNT_PATH`` (``obs://a=/cache/a;obs://b=/cache/b``),
-``MOX_AUTO_READ_META_FREE`` (0), ``MOX_MEMARTS_LARGE_FILE_ACC`` (0) with
+``MOX_AUTO_READ_META_FREE`` (0), ``USE_METADATA_CACHE`` (0: a persistent metadata cache for
+``read``, ``copy`` and ``copy_parallel``, see ``_metadata_cache``), ``MOX_MEMARTS_LARGE_FILE_ACC`` (0) with
 ``MOX_FILE_PARTIAL_MAXIMUM_SIZE`` (5 GiB) and ``MOX_FILE_LARGE_FILE_TASK_NUM`` (8); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
 are read by the client when it first connects.
 
@@ -30,7 +31,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _memarts
-from .errors import BadRequestError, ConfigError, Error, NoSpaceError, NotFoundError
+from .errors import BadRequestError, ConfigError, Error, NoSpaceError, NotFoundError, StaleError
 
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
@@ -75,6 +76,17 @@ PARTIAL_MAXIMUM_SIZE = _env_int("MOX_FILE_PARTIAL_MAXIMUM_SIZE", 5 << 30, 1, 1 <
 LARGE_FILE_TASK_NUM = _env_int("MOX_FILE_LARGE_FILE_TASK_NUM", 8, 1, 256)
 AUTO_READ_META_FREE = _env_flag("MOX_AUTO_READ_META_FREE")
 MOUNTS = _env_mounts("MOX_OBS_TO_MOUNT_PATH")
+USE_METADATA_CACHE = _env_flag("USE_METADATA_CACHE")
+_metadata = None
+
+
+def _metadata_cache():
+    global _metadata
+    if _metadata is None:
+        from ._metadata_cache import MetadataCache
+
+        _metadata = MetadataCache()
+    return _metadata
 
 _client = None
 _client_pid = None
@@ -126,9 +138,24 @@ def read(path, binary=False):
     if local is not None:
         with open(local, "rb") as f:
             data = f.read()
+    elif USE_METADATA_CACHE:
+        data = _read_with_metadata_cache(path)
     else:
         data = _fleet().read(path)
     return data if binary else data.decode("utf-8")
+
+
+def _read_with_metadata_cache(url):
+    cache = _metadata_cache()
+    known = cache.get(url)
+    if known is not None:
+        try:
+            return _fleet().read_at_version(url, known[0], known[1])
+        except (StaleError, NotFoundError):
+            cache.drop(url)
+    data, size, etag = _fleet().read_and_meta(url)
+    cache.put(url, size, etag)
+    return data
 
 
 def read_meta_free(path, binary=False, memarts_only=False):
@@ -255,6 +282,18 @@ def copy(src_url, dst_url):
         # Streams in bounded memory; large objects go as several ranges at once when
         # MOX_MEMARTS_LARGE_FILE_ACC=1 (MOX_FILE_PARTIAL_MAXIMUM_SIZE, MOX_FILE_LARGE_FILE_TASK_NUM).
         tasks = LARGE_FILE_TASK_NUM if LARGE_FILE_ACC else 1
+        if USE_METADATA_CACHE:
+            known = _metadata_cache().get(src_url)
+            if known is not None:
+                try:
+                    _fleet().download_at_version(src_url, (known[0], known[1]), dst, tasks, PARTIAL_MAXIMUM_SIZE)
+                    return
+                except (StaleError, NotFoundError):
+                    _metadata_cache().drop(src_url)
+            size, etag, _mtime = _fleet().stat(src_url)
+            _metadata_cache().put(src_url, size, etag)
+            _fleet().download_at_version(src_url, (size, etag), dst, tasks, PARTIAL_MAXIMUM_SIZE)
+            return
         _fleet().download(src_url, dst, tasks, PARTIAL_MAXIMUM_SIZE)
         return
     tmp = f"{dst}.memarts-{os.getpid()}-{threading.get_ident()}.tmp"

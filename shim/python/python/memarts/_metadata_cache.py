@@ -1,0 +1,45 @@
+"""The persistent local metadata cache of ``USE_METADATA_CACHE=1``: object URL -> (size, ETag), in
+an SQLite file shared by every process of the node (``$MEMARTS_CACHE_DIR/metadata-cache.sqlite``).
+
+A hit lets ``read`` and ``copy`` skip the metadata request; the ETag still pins the version read, so
+an object that changed since it was cached gives a ``StaleError``, after which the entry is dropped
+and the object read again.
+"""
+
+import os
+import sqlite3
+import threading
+
+
+def _default_path():
+    base = os.environ.get("MEMARTS_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "memarts"
+    )
+    return os.path.join(base, "metadata-cache.sqlite")
+
+
+class MetadataCache:
+    def __init__(self, path=None):
+        self.path = path or _default_path()
+        self._local = threading.local()
+
+    def _db(self):
+        db = getattr(self._local, "db", None)
+        if db is None or getattr(self._local, "pid", None) != os.getpid():
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS meta (url TEXT PRIMARY KEY, size INTEGER, etag TEXT)")
+            self._local.db, self._local.pid = db, os.getpid()
+        return db
+
+    def get(self, url):
+        row = self._db().execute("SELECT size, etag FROM meta WHERE url = ?", (url,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def put(self, url, size, etag):
+        if etag:
+            self._db().execute("INSERT OR REPLACE INTO meta (url, size, etag) VALUES (?, ?, ?)", (url, size, etag))
+
+    def drop(self, url):
+        self._db().execute("DELETE FROM meta WHERE url = ?", (url,))
