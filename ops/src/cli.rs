@@ -101,6 +101,10 @@ pub struct WarmupArgs {
     /// Objects read at once
     #[arg(long, default_value_t = 16)]
     pub threads: usize,
+    /// Cap on the read rate, e.g. 200MiB (per second), so a warmup does not starve training jobs
+    /// of origin bandwidth
+    #[arg(long)]
+    pub max_rate: Option<String>,
 }
 
 #[derive(Args, Debug)]

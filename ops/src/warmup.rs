@@ -16,6 +16,32 @@ use crate::settings::resolve;
 /// Per-thread read buffer; objects larger than this are read in windows.
 const WINDOW: usize = 8 << 20;
 
+/// A shared budget of bytes per second: each reader takes what it read, and sleeps when the total
+/// runs ahead of `per_sec` since the start.
+struct RateLimit {
+    per_sec: u64,
+    start: Instant,
+    taken: Mutex<u64>,
+}
+
+impl RateLimit {
+    fn new(per_sec: u64) -> RateLimit {
+        RateLimit { per_sec, start: Instant::now(), taken: Mutex::new(0) }
+    }
+
+    fn take(&self, bytes: u64) {
+        let due = {
+            let mut taken = self.taken.lock().unwrap_or_else(|p| p.into_inner());
+            *taken += bytes;
+            Duration::from_secs_f64(*taken as f64 / self.per_sec as f64)
+        };
+        let elapsed = self.start.elapsed();
+        if due > elapsed {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+}
+
 fn counters(client: &Client) -> (u64, u64, u64, u64) {
     client
         .status(Duration::from_secs(3))
@@ -45,6 +71,17 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
         args.url_prefix,
         listed.elapsed().as_secs_f64()
     );
+    let limit = match &args.max_rate {
+        Some(rate) => {
+            let per_sec =
+                memarts_proxy::size::parse_size(rate).map_err(|e| anyhow::anyhow!("--max-rate: {e}"))?;
+            if per_sec == 0 {
+                bail!("--max-rate must be more than 0 bytes per second");
+            }
+            Some(RateLimit::new(per_sec))
+        }
+        None => None,
+    };
     let before = counters(&client);
     let started = Instant::now();
     let next = AtomicUsize::new(0);
@@ -67,7 +104,12 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
                     while offset < obj.size {
                         match client.read_at_meta(&obj.url, &meta, offset, &mut buf) {
                             Ok(0) => break,
-                            Ok(n) => offset += n as u64,
+                            Ok(n) => {
+                                offset += n as u64;
+                                if let Some(limit) = &limit {
+                                    limit.take(n as u64);
+                                }
+                            }
                             Err(e) => {
                                 failures
                                     .lock()

@@ -133,3 +133,26 @@ fn origin_requests_are_logged_per_slot_without_credentials() {
         text(&bad.stderr)
     );
 }
+
+#[test]
+fn warmup_fills_the_cache_and_honours_a_rate_cap() {
+    let bucket = moto().bucket("warmup");
+    for i in 0..8 {
+        moto().put(&bucket, &format!("w/{i}"), &pattern(950 + i, 512 << 10));
+    }
+    let fleet = Fleet::start(2, &[]);
+    let prefix = format!("obs://{bucket}/w");
+    let out = fleet.memarts(&["warmup", "--max-rate", "nonsense", &prefix]);
+    assert!(!out.status.success() && text(&out.stderr).contains("--max-rate"), "{}", text(&out.stderr));
+    // 4 MiB at 8 MiB/s cannot take less than half a second (a lower bound: the cap works).
+    let started = std::time::Instant::now();
+    let out = fleet.memarts(&["warmup", "--max-rate", "8MiB", &prefix]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(450), "{:?}", started.elapsed());
+    assert!(text(&out.stdout).contains("0 from cache"), "{}", text(&out.stdout));
+    let gets = moto().gets_settled(&bucket);
+    let out = fleet.memarts(&["warmup", &prefix]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("0 from origin"), "{}", text(&out.stdout));
+    assert_eq!(moto().gets_settled(&bucket), gets);
+}
