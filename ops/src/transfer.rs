@@ -81,21 +81,11 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
         vec![(args.src.clone(), target, meta.size)]
     };
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for _ in 0..args.threads.clamp(1, 256).min(jobs.len().max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((src, dst, _)) = jobs.get(i) else { return };
-                if let Err(e) = copy_one(&access, src, dst, &bar) {
-                    failures.lock().unwrap_or_else(|p| p.into_inner()).push(format!("{src}: {e:#}"));
-                }
-            });
-        }
+    let failures = run_jobs(args.threads, &jobs, |(src, dst, _)| {
+        copy_one(&access, src, dst, &bar).map_err(|e| format!("{src}: {e:#}"))
     });
     bar.finish_and_clear();
-    report(failures.into_inner().unwrap_or_else(|p| p.into_inner()), jobs.len())
+    report(failures, jobs.len())
 }
 
 pub fn put(common: &Common, args: &PutArgs) -> Result<ExitCode> {
@@ -152,25 +142,32 @@ fn upload(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     };
     let access = access(common)?;
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
+    let failures = run_jobs(args.threads, &jobs, |(src, dst, len)| {
+        access.put_file(dst, src).map(|_| bar.inc(*len)).map_err(|e| format!("{}: {e:#}", src.display()))
+    });
+    bar.finish_and_clear();
+    report(failures, jobs.len())
+}
+
+/// Runs `job` over every element of `jobs` on up to `threads` threads; returns the failures.
+fn run_jobs<T: Sync>(
+    threads: usize,
+    jobs: &[T],
+    job: impl Fn(&T) -> Result<(), String> + Sync,
+) -> Vec<String> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
-        for _ in 0..args.threads.clamp(1, 256).min(jobs.len().max(1)) {
+        for _ in 0..threads.clamp(1, 256).min(jobs.len().max(1)) {
             s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((src, dst, len)) = jobs.get(i) else { return };
-                match access.put_file(dst, src) {
-                    Ok(_) => bar.inc(*len),
-                    Err(e) => failures
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(format!("{}: {e:#}", src.display())),
+                let Some(item) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) else { return };
+                if let Err(e) = job(item) {
+                    failures.lock().unwrap_or_else(|p| p.into_inner()).push(e);
                 }
             });
         }
     });
-    bar.finish_and_clear();
-    report(failures.into_inner().unwrap_or_else(|p| p.into_inner()), jobs.len())
+    failures.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 fn report(failures: Vec<String>, total: usize) -> Result<ExitCode> {

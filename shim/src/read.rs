@@ -120,13 +120,7 @@ impl Client {
             return Ok(0);
         }
         let len = (meta.size - offset).min(dst.len() as u64) as usize;
-        let target = Target {
-            url: &parsed,
-            url_text: parsed.to_string(),
-            etag,
-            size: meta.size,
-            chunk_size: self.cfg.chunk_size,
-        };
+        let target = Target::new(&parsed, etag, meta.size, self.cfg.chunk_size);
         let pieces = plan(&target, offset, &mut dst[..len]);
         let deadline = Instant::now() + self.cfg.deadline;
         run_parallel(workers, pieces, |piece| self.fetch_piece(&target, piece, deadline))?;
@@ -139,13 +133,7 @@ impl Client {
     fn read_batched(&self, url: &str, meta: &ObjectMeta, offset: u64, dst: &mut Room) -> Result<()> {
         let parsed = parse(url)?;
         let etag = meta.etag.as_deref().unwrap_or_default();
-        let target = Target {
-            url: &parsed,
-            url_text: parsed.to_string(),
-            etag,
-            size: meta.size,
-            chunk_size: self.cfg.chunk_size,
-        };
+        let target = Target::new(&parsed, etag, meta.size, self.cfg.chunk_size);
         let pieces = plan(&target, offset, dst);
         let workers = self.cfg.parallel.min(cores()).clamp(1, pieces.len().max(1));
         let by_bytes =
@@ -195,7 +183,11 @@ impl Client {
     }
 }
 
-impl Target<'_> {
+impl<'a> Target<'a> {
+    fn new(url: &'a ObjectUrl, etag: &'a str, size: u64, chunk_size: u64) -> Target<'a> {
+        Target { url, url_text: url.to_string(), etag, size, chunk_size }
+    }
+
     fn request(&self, index: u64) -> ChunkRequest {
         ChunkRequest {
             url: self.url_text.clone(),
