@@ -41,9 +41,10 @@ pub fn read_first(
     conn: &mut Conn,
     url: &str,
     chunk_size: u64,
+    refresh: bool,
     sink: &mut dyn Sink,
 ) -> Result<(ObjectMeta, bool)> {
-    let request = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
+    let request = FirstRequest { url: url.to_string(), chunk_size, refresh };
     let reply = conn.call(&Request::ReadFirst(request))?;
     let (meta, chunk) = match reply.response {
         Response::First { meta, chunk } => (meta, chunk),

@@ -43,13 +43,24 @@ impl Client {
 
     /// The whole object into `sink`, which is asked for room once the size is known. On `Ok` every
     /// byte of that room has been written.
+    ///
+    /// If the object changes during the read (`Stale`), the read starts over once from fresh
+    /// metadata: the caller asked for the object, not for a version, and still never gets a mix.
     pub fn read_to(&self, url: &str, sink: &mut dyn Sink) -> Result<ObjectMeta> {
+        match self.read_to_once(url, sink, false) {
+            Err(Error::Stale(_)) => self.read_to_once(url, sink, true),
+            other => other,
+        }
+    }
+
+    fn read_to_once(&self, url: &str, sink: &mut dyn Sink, refresh: bool) -> Result<ObjectMeta> {
         let parsed = parse(url)?;
         let url_text = parsed.to_string();
         let cs = self.cfg.chunk_size;
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
-        let (meta, warm) = self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, sink))?;
+        let (meta, warm) =
+            self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, refresh, sink))?;
         if meta.size > cs {
             let rest = &mut sink.room()[cs as usize..];
             if warm {
