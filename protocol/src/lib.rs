@@ -7,6 +7,7 @@
 //! - [`message`]: requests, responses and the handshake. Enum variants are append-only: a variant's
 //!   index is its wire tag, so new variants go at the end and old ones are never reordered.
 //! - [`error`]: typed error codes carried on the wire and the framing error type.
+//! - [`spin`]: adaptive busy-polling of a socket before blocking, used by both ends.
 //!
 //! A connection starts with `Request::Hello`, answered by `Response::Welcome` or
 //! `Response::Incompatible`; then the client sends one request and reads one response, in lockstep.
@@ -18,6 +19,7 @@ pub mod checksum;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod spin;
 
 pub use checksum::{crc32c, Crc32c};
 pub use error::{ErrorCode, FrameError, WireError};

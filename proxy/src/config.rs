@@ -53,6 +53,10 @@ pub struct FleetConfig {
     pub io_timeout_secs: f64,
     /// How long `SIGTERM` waits for in-flight requests before exiting anyway.
     pub drain_timeout_secs: f64,
+    /// After a reply, how long a connection polls for the client's next request before it blocks,
+    /// in microseconds (`MEMARTS_SPIN_US`; 0 = never). One connection per slot polls at a time, and
+    /// a poll that finds nothing backs off; see `memarts_protocol::spin`.
+    pub spin_us: u64,
     pub origin: OriginConfig,
 }
 
@@ -113,6 +117,7 @@ impl Default for FleetConfig {
             idle_timeout_secs: 600.0,
             io_timeout_secs: 30.0,
             drain_timeout_secs: 10.0,
+            spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
             origin: OriginConfig::default(),
         }
     }
@@ -152,6 +157,9 @@ impl FleetConfig {
                 "0" => false,
                 other => return Err(format!("MOX_OBS_CLIENT_LOG: {other:?} must be 0 or 1")),
             };
+        }
+        if let Some(v) = get("MEMARTS_SPIN_US").filter(|v| !v.is_empty()) {
+            self.spin_us = memarts_protocol::spin::parse_spin_us(&v)?.as_micros() as u64;
         }
         if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
             self.origin.endpoint = Some(v);
@@ -193,6 +201,9 @@ impl FleetConfig {
             if !(0.0..=1e7).contains(&v) {
                 return Err(format!("{name} must be a number of seconds >= 0, got {v}"));
             }
+        }
+        if self.spin_us > 10_000 {
+            return Err(format!("spin_us must be between 0 and 10000 microseconds, got {}", self.spin_us));
         }
         if self.max_connections == 0 {
             return Err("max_connections must be at least 1".into());

@@ -89,6 +89,8 @@ pub fn conn_settings(cfg: &FleetConfig, slot: u32) -> ConnSettings {
         allowed_uids: cfg.allowed_uids.clone(),
         idle_timeout: Duration::from_secs_f64(cfg.idle_timeout_secs),
         io_timeout: Duration::from_secs_f64(cfg.io_timeout_secs),
+        spin: Duration::from_micros(cfg.spin_us),
+        spinning: Default::default(),
     }
 }
 

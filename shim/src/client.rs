@@ -112,7 +112,7 @@ impl Client {
         if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
             return Ok(conn);
         }
-        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout)?;
+        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout, self.cfg.spin)?;
         if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
             // The fleet restarted with another size: route by the new one from now on.
             self.slots.store(conn.welcome.slots, Ordering::Relaxed);
@@ -230,13 +230,12 @@ impl Client {
     pub fn status(&self, timeout: Duration) -> Vec<(u32, Result<SlotStatus>)> {
         (0..self.slots())
             .map(|slot| {
-                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout).and_then(|mut c| {
-                    match c.call(&Request::Status)?.response {
+                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout, self.cfg.spin)
+                    .and_then(|mut c| match c.call(&Request::Status)?.response {
                         Response::Status(s) => Ok(s),
                         Response::Error(e) => Err(e.into()),
                         other => Err(Error::Protocol(format!("unexpected answer to Status: {other:?}"))),
-                    }
-                });
+                    });
                 (slot, res)
             })
             .collect()

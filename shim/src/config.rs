@@ -19,6 +19,9 @@ pub struct ShimConfig {
     /// How long a call keeps retrying a slot that is down or restarting (`MEMARTS_TIMEOUT`, seconds,
     /// default 30). No call outlives it.
     pub deadline: Duration,
+    /// How long a call polls the socket for its reply before blocking (`MEMARTS_SPIN_US`, default
+    /// 50 µs, 0 = never poll). See `memarts_protocol::spin`.
+    pub spin: Duration,
 }
 
 impl Default for ShimConfig {
@@ -28,6 +31,7 @@ impl Default for ShimConfig {
             chunk_size: DEFAULT_CHUNK_SIZE,
             parallel: 16,
             deadline: Duration::from_secs(30),
+            spin: memarts_protocol::spin::DEFAULT_SPIN,
         }
     }
 }
@@ -70,6 +74,9 @@ impl ShimConfig {
             }
             cfg.deadline = Duration::from_secs_f64(secs);
         }
+        if let Some(v) = get("MEMARTS_SPIN_US") {
+            cfg.spin = memarts_protocol::spin::parse_spin_us(&v).map_err(Error::Config)?;
+        }
         Ok(cfg)
     }
 
@@ -95,6 +102,8 @@ mod tests {
         assert_eq!((cfg.chunk_size, cfg.parallel, cfg.deadline), (1 << 20, 16, Duration::from_secs(30)));
         let cfg = with(&[("MOX_FILE_CHUNK_SIZE", "65536"), ("MOX_COPY_PARALLEL_THREADS", "4")]).unwrap();
         assert_eq!((cfg.chunk_size, cfg.parallel), (65536, 4));
+        assert_eq!(cfg.spin, memarts_protocol::spin::DEFAULT_SPIN);
+        assert_eq!(with(&[("MEMARTS_SPIN_US", "0")]).unwrap().spin, Duration::ZERO);
     }
 
     #[test]
@@ -105,6 +114,7 @@ mod tests {
             ("MOX_COPY_PARALLEL_THREADS", "many"),
             ("MOX_COPY_PARALLEL_THREADS", "0"),
             ("MEMARTS_TIMEOUT", "-3"),
+            ("MEMARTS_SPIN_US", "soon"),
         ] {
             let err = with(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");

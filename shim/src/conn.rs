@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use memarts_protocol::spin::Spinner;
 use memarts_protocol::{
     frame, FrameHead, Hello, Limits, Request, Response, Welcome, FRAME_HEAD_LEN, MAX_BATCH, PROTOCOL_VERSION,
 };
@@ -16,6 +17,7 @@ use crate::error::{Error, Result};
 
 pub struct Conn {
     stream: UnixStream,
+    spinner: Spinner,
     pub welcome: Welcome,
 }
 
@@ -27,11 +29,12 @@ pub struct Reply {
 }
 
 impl Conn {
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Conn> {
+    /// Connects and shakes hands; replies are polled for up to `spin` before blocking.
+    pub fn connect(path: &Path, timeout: Duration, spin: Duration) -> Result<Conn> {
         let stream = UnixStream::connect(path)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
-        let mut conn = Conn { stream, welcome: placeholder_welcome() };
+        let mut conn = Conn { stream, spinner: Spinner::new(spin), welcome: placeholder_welcome() };
         let hello = Hello {
             protocol_version: PROTOCOL_VERSION,
             client: format!("memarts-shim/{} pid={}", env!("CARGO_PKG_VERSION"), std::process::id()),
@@ -82,6 +85,8 @@ impl Conn {
     /// The first read of a frame, with room for the descriptors of a whole batch.
     fn recv_head_with_fds(&mut self, head: &mut [u8; FRAME_HEAD_LEN]) -> Result<(usize, Vec<OwnedFd>)> {
         let sock = self.stream.as_raw_fd();
+        // A warm reply comes within microseconds: catch it before paying for a wake-up.
+        self.spinner.wait_readable(sock);
         loop {
             let mut cmsg = nix::cmsg_space!([RawFd; MAX_BATCH]);
             let mut iov = [IoSliceMut::new(&mut head[..])];

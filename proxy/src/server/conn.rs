@@ -2,10 +2,12 @@
 //! time until the client leaves, idles out, misbehaves, or the slot drains.
 
 use std::os::fd::AsFd;
-use std::sync::atomic::Ordering;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use memarts_protocol::spin::Spinner;
 use memarts_protocol::{
     frame, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FrameError, Limits, Request, Response, Welcome,
     WireError, MAX_BATCH, PROTOCOL_VERSION,
@@ -26,6 +28,11 @@ pub struct ConnSettings {
     pub allowed_uids: Vec<u32>,
     pub idle_timeout: Duration,
     pub io_timeout: Duration,
+    /// Polling budget between requests (see `memarts_protocol::spin`).
+    pub spin: Duration,
+    /// Set while one of the slot's connections polls: at most one does, so polling never holds
+    /// both runtime threads.
+    pub spinning: Arc<AtomicBool>,
 }
 
 /// Why a connection ended abnormally (logged at debug level; the client already got a typed error
@@ -94,7 +101,16 @@ async fn serve_inner(
         _ => return refuse(stream, settings, "the first frame must be Hello").await,
     }
 
+    let mut spinner = Spinner::new(settings.spin);
     loop {
+        // A client reading back to back sends its next request within microseconds: poll for it
+        // briefly (one connection per slot at a time) instead of paying for a wake-up.
+        if !settings.spin.is_zero()
+            && settings.spinning.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
+            spinner.wait_readable(stream.as_raw_fd());
+            settings.spinning.store(false, Ordering::Release);
+        }
         // Between requests: wait for the next one, unless the slot is draining or the client idles.
         tokio::select! {
             _ = drain.cancelled() => return Ok(()),

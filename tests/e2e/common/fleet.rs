@@ -81,6 +81,7 @@ impl Fleet {
             chunk_size,
             parallel: 8,
             deadline: Duration::from_secs(30),
+            ..ShimConfig::default()
         })
         .expect("client")
     }
