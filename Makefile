@@ -10,19 +10,23 @@ all: build
 build:
 	$(CARGO) build --release --bins
 
-# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback, pytest, and
-# numpy + Pillow for the MoXing usage examples.
+# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback, pytest, the
+# libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
+# DataLoader and checkpoint tests. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
+PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch
 deps-test:
-	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL" 2>/dev/null || \
-		$(PYTHON) -m pip install --quiet --disable-pip-version-check 'moto[server]>=5.1' pytest numpy pillow
+	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
+		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
 # Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes),
-# then the Python package built by maturin and its tests against a real fleet.
+# then the Python package built by maturin and its tests, against a real fleet and again with the
+# engine embedded in the test process (USE_MEMARTS=1, no fleet).
 test: deps-test
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
 	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
+	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 
 lint:
 	$(CARGO) fmt --all -- --check

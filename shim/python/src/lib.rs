@@ -311,6 +311,33 @@ impl Client {
         py.detach(|| self.inner.delete(url)).map_err(|e| to_py(py, e))
     }
 
+    /// Counters summed over the slots this client reaches (the fleet's, or the in-process engine's):
+    /// `hits`, `misses`, `bytes_from_cache`, `bytes_from_origin`, `origin_requests`,
+    /// `cached_chunks`, `cache_bytes_used`, and `slots_down` (slots that did not answer).
+    fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
+        let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
+        let mut sums = std::collections::BTreeMap::new();
+        for (_slot, status) in statuses {
+            let Ok(s) = status else {
+                *sums.entry("slots_down").or_insert(0) += 1;
+                continue;
+            };
+            for (name, v) in [
+                ("hits", s.hits),
+                ("misses", s.misses),
+                ("bytes_from_cache", s.bytes_from_cache),
+                ("bytes_from_origin", s.bytes_from_origin),
+                ("origin_requests", s.origin_requests),
+                ("cached_chunks", s.cached_chunks),
+                ("cache_bytes_used", s.cache_bytes_used),
+            ] {
+                *sums.entry(name).or_insert(0) += v;
+            }
+        }
+        sums.entry("slots_down").or_insert(0);
+        sums
+    }
+
     /// Chunk size of this client's reads (`MOX_FILE_CHUNK_SIZE`).
     #[getter]
     fn chunk_size(&self) -> u64 {

@@ -1,10 +1,14 @@
-"""A real S3-protocol server (moto) on loopback and a real memarts fleet, for the whole session.
+"""A real S3-protocol server (moto) on loopback and memarts, for the whole session.
+
+``MEMARTS_TEST_MODE`` picks how the tests reach memarts: ``proxy`` (default: a real fleet of proxy
+processes, started by ``memarts start_proxy 2``) or ``embedded`` (``USE_MEMARTS=1`` and no fleet: the
+engine runs inside the test process). `make test` runs the suite both ways; tests marked
+``proxy_only`` need proxy processes (or set up their own mode) and run in the proxy pass only.
 
 The memarts binaries come from the workspace's target directory (``MEMARTS_BIN_DIR``, default
 ``target/debug``); `make test` builds them first. If anything is missing the session fails loudly.
 """
 
-import json
 import os
 import socket
 import subprocess
@@ -17,6 +21,20 @@ import pytest
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 BIN_DIR = os.environ.get("MEMARTS_BIN_DIR", os.path.join(ROOT, "target", "debug"))
 MEMARTS = os.path.join(BIN_DIR, "memarts")
+MODE = os.environ.get("MEMARTS_TEST_MODE", "proxy")
+if MODE not in ("proxy", "embedded"):
+    raise SystemExit(f"MEMARTS_TEST_MODE={MODE!r} must be proxy or embedded")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "proxy_only: needs proxy processes; skipped from the embedded pass")
+
+
+def pytest_collection_modifyitems(config, items):
+    if MODE == "embedded":
+        kept = [item for item in items if item.get_closest_marker("proxy_only") is None]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 def _free_port():
@@ -64,7 +82,8 @@ def s3(moto_endpoint):
 
 @pytest.fixture(scope="session")
 def fleet(moto_endpoint):
-    """Starts `memarts start_proxy 2` and points this process's environment at it."""
+    """memarts for the session, as ``MEMARTS_TEST_MODE`` says: a fleet started by ``memarts
+    start_proxy 2``, or the in-process engine; this process's environment points at it."""
     if not os.path.exists(MEMARTS):
         pytest.fail(f"{MEMARTS} is missing: build the binaries first (cargo build --bins)")
     base = tempfile.mkdtemp(prefix="memarts-pytest-")
@@ -79,25 +98,30 @@ def fleet(moto_endpoint):
         "MOX_FILE_CHUNK_SIZE": str(64 << 10),
     }
     os.environ.update(env)
-    out = subprocess.run([MEMARTS, "start_proxy", "2"], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.fail(f"start_proxy failed: {out.stdout}{out.stderr}")
+    if MODE == "embedded":
+        os.environ["USE_MEMARTS"] = "1"
+    else:
+        out = subprocess.run([MEMARTS, "start_proxy", "2"], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.fail(f"start_proxy failed: {out.stdout}{out.stderr}")
+    import memarts
+
+    if memarts.file.mode() != MODE:
+        pytest.fail(f"the package runs in {memarts.file.mode()!r} mode, the session asked for {MODE!r}")
 
     class Fleet:
         run_dir = env["MEMARTS_RUN_DIR"]
         directory = base
-
-        @staticmethod
-        def status():
-            res = subprocess.run([MEMARTS, "status", "--json"], capture_output=True, text=True)
-            return json.loads(res.stdout)
+        mode = MODE
 
         @staticmethod
         def total(field):
-            return sum(s.get(field) or 0 for s in Fleet.status()["slots"])
+            """A cache counter summed over the slots (or the in-process engine)."""
+            return memarts.stats()[field]
 
     yield Fleet
-    subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
+    if MODE == "proxy":
+        subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
 
 
 _buckets = iter(range(10_000))

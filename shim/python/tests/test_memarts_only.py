@@ -33,6 +33,7 @@ def test_round_trip_text_binary_small_and_large(s3, bucket):
         mox.file.write_memarts(f"obs://{bucket}/mo/x", "not bytes")
 
 
+@pytest.mark.proxy_only
 def test_acknowledged_objects_survive_kill_9_of_the_fleet(bucket, fleet):
     """A writer loop while slots are kill -9'ed and the fleet recovered: every acknowledged object is
     present and byte-exact afterwards; none is partial."""

@@ -4,7 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import pattern
+
+# Each test sets up its own mode in a child process; running them once (in the proxy pass) suffices.
+pytestmark = pytest.mark.proxy_only
 
 CS = 64 << 10
 

@@ -80,6 +80,36 @@ def test_the_seed_usage_examples_unchanged(s3, bucket):
     got = Image.open(io.BytesIO(mox.file.read_meta_free(f"{file_path}/img.png", binary=True)))
     assert got.size == (32, 16) and got.getpixel((3, 3)) == (10, 200, 30)
 
+    import torch
+
+    tensor = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    buf = io.BytesIO()
+    torch.save({"w": tensor}, buf)
+    s3.put_object(Bucket=bucket, Key="examples/model.pth", Body=buf.getvalue())
+    with io.BytesIO(mox.file.read(f"{file_path}/model.pth", binary=True)) as f:
+        pth = torch.load(f)
+    assert torch.equal(pth["w"], tensor)
+
+    import scipy.sparse
+
+    sparse = scipy.sparse.random(40, 30, density=0.1, format="csr", random_state=3)
+    buf = io.BytesIO()
+    scipy.sparse.save_npz(buf, sparse)
+    s3.put_object(Bucket=bucket, Key="examples/m.npz", Body=buf.getvalue())
+    with io.BytesIO(mox.file.read(f"{file_path}/m.npz", binary=True)) as f:
+        ndarray = scipy.sparse.load_npz(f)
+    assert (ndarray != sparse).nnz == 0
+
+    import cv2
+
+    bgr = np.zeros((16, 24, 3), np.uint8)
+    bgr[:, :, 1] = 200
+    ok, png = cv2.imencode(".png", bgr)
+    assert ok
+    s3.put_object(Bucket=bucket, Key="examples/cv.png", Body=png.tobytes())
+    decoded = cv2.imdecode(np.frombuffer(mox.file.read_meta_free(f"{file_path}/cv.png", binary=True), np.uint8), cv2.IMREAD_COLOR)
+    assert decoded.shape == (16, 24, 3) and (decoded == bgr).all()
+
     _, ext = os.path.splitext(f"{file_path}/a.npy")
     with tempfile.NamedTemporaryFile(suffix=ext, dir=tempfile.gettempdir(), delete=False) as fp:
         mox.file.copy(f"{file_path}/a.npy", fp.name)

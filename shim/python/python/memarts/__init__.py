@@ -12,4 +12,11 @@ light client every worker loads.
 from . import errors, file
 from .errors import Error
 
-__all__ = ["Error", "errors", "file"]
+__all__ = ["Error", "errors", "file", "stats"]
+
+
+def stats():
+    """Cache counters of the memarts this process uses (the fleet's slots, or the in-process engine),
+    summed: ``hits``, ``misses``, ``bytes_from_cache``, ``bytes_from_origin``, ``origin_requests``,
+    ``cached_chunks``, ``cache_bytes_used``, ``slots_down``."""
+    return file._fleet().stats()
