@@ -11,7 +11,7 @@ use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 /// The default budget, overridden by `MEMARTS_SPIN_US` (0 turns polling off).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// Backoff after consecutive misses caps at `2^6 - 1 = 63` blocking waits between polls.
 pub const MAX_BACKOFF_EXP: u32 = 6;
 

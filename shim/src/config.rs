@@ -20,7 +20,7 @@ pub struct ShimConfig {
     /// default 30). No call outlives it.
     pub deadline: Duration,
     /// How long a call polls the socket for its reply before blocking (`MEMARTS_SPIN_US`, default
-    /// 50 µs, 0 = never poll). See `memarts_protocol::spin`.
+    /// 100 µs, 0 = never poll). See `memarts_protocol::spin`.
     pub spin: Duration,
 }
 

@@ -23,7 +23,9 @@ Run as a script (`python3 relay.py HOST PORT [--latency-ms ..]`) to relay to HOS
 """
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -84,8 +86,13 @@ class Relay:
         self.tasks.add(task)
         try:
             await self.relay(client_reader, client_writer)
+        except asyncio.CancelledError:
+            pass  # the relay is stopping
         finally:
             self.tasks.discard(task)
+
+    def stats(self):
+        return {"connections": self.connections, "requests": self.requests, "bytes_down": self.bytes_down}
 
     async def relay(self, client_reader, client_writer):
         try:
@@ -200,13 +207,19 @@ def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, m
                 listen_host="127.0.0.1"):
     """Starts a relay to target_host:target_port in a subprocess of its own (so that relaying does not
     compete for the GIL with the process being measured). Returns (endpoint_url, stop_fn);
-    `stop_fn.params` holds the link parameters and `stop_fn.proc` the process."""
+    `stop_fn.params` holds the link parameters, `stop_fn.stats()` returns the relay's counters and
+    `stop_fn.proc` is the process."""
     params = link_params(latency_ms, mbps_per_conn, mbps_total)
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), target_host, str(target_port),
          "--latency-ms", str(params["latency_ms"]), "--mbps-per-conn", str(params["mbps_per_conn"]),
          "--mbps-total", str(params["mbps_total"]), "--listen", listen_host],
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+
+    def stats():
+        """The relay's counters so far: connections, requests (request starts seen), bytes_down."""
+        os.kill(proc.pid, signal.SIGUSR1)
+        return json.loads(proc.stdout.readline())
 
     def stop():
         if proc.poll() is None:
@@ -225,6 +238,7 @@ def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, m
         raise RuntimeError(f"relay did not start (exit code {proc.poll()}, said {line!r})")
     stop.params = params
     stop.proc = proc
+    stop.stats = stats
     return line.split()[1], stop
 
 
@@ -268,7 +282,6 @@ def self_check(direct_url, relay_url, params, path="/", quiet=False):
 
 def main():
     import argparse
-    import signal
 
     ap = argparse.ArgumentParser(description="TCP relay emulating a remote link (latency, bandwidth caps)")
     ap.add_argument("host")
@@ -282,9 +295,11 @@ def main():
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())
+    # SIGUSR1: one line of JSON counters on stdout (read by `stats()` of start_relay).
+    signal.signal(signal.SIGUSR1, lambda *_: print(json.dumps(stop.relay.stats()), flush=True))
     print(f"READY {url}", flush=True)
-    print(f"relaying {url} -> {a.host}:{a.port} with {stop.params}", file=sys.stderr, flush=True)
-    done.wait()
+    while not done.wait(0.5):
+        pass
     stop()
 
 
