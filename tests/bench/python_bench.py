@@ -79,14 +79,13 @@ def best_rate(fn, total_bytes, rounds=3):
     return best
 
 
-def small_files(s3, bucket):
+def small_files(s3, bucket, proxies_list=(1, 4)):
+    """Warm 128 KiB reads, one process, against `open().read()` of the same files in the page cache;
+    once per fleet size (a reader's files spread over every slot, so a slot sees a request every
+    `proxies` reads and its polling catches fewer of them)."""
     urls, paths = make_dataset(s3, bucket, "small", 500 if SMALL else 2000, 128 << 10)
     total = sum(os.path.getsize(p) for p in paths)
     import memarts as mox
-
-    for u in urls:  # cold pass: fills the cache
-        mox.file.read(u, binary=True)
-    assert mox.file.mode() == "proxy", mox.file.mode()
 
     def memarts_epoch():
         for u in urls:
@@ -97,10 +96,20 @@ def small_files(s3, bucket):
             with open(p, "rb") as f:
                 f.read()
 
-    page = best_rate(page_cache_epoch, total)
-    mem = best_rate(memarts_epoch, total)
-    return {"files": len(paths), "file_kib": 128, "memarts_mbs": mem / 1e6, "page_cache_mbs": page / 1e6,
-            "memarts_files_per_s": mem / (128 << 10), "ratio": mem / page}
+    results = {}
+    for proxies in proxies_list:
+        subprocess.run([MEMARTS, "start_proxy", str(proxies)], check=True, capture_output=True)
+        try:
+            memarts_epoch()  # cold pass on the first fleet: fills the cache
+            assert mox.file.mode() == "proxy", mox.file.mode()
+            page = best_rate(page_cache_epoch, total)
+            mem = best_rate(memarts_epoch, total)
+        finally:
+            subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
+        results[proxies] = {"proxies": proxies, "files": len(paths), "file_kib": 128, "memarts_mbs": mem / 1e6,
+                            "page_cache_mbs": page / 1e6, "memarts_files_per_s": mem / (128 << 10),
+                            "ratio": mem / page}
+    return results
 
 
 def _worker(urls, barrier, done):
@@ -112,12 +121,21 @@ def _worker(urls, barrier, done):
     barrier.wait()  # stay alive until PSS has been measured
 
 
-def workers_pss(paths, workers, env):
+def _plain_worker(paths, barrier, done):
+    """The same job without memarts: read local copies of the dataset with plain Python."""
+    for p in paths:
+        with open(p, "rb") as f:
+            f.read()
+    done.put((os.getpid(), "plain"))
+    barrier.wait()
+
+
+def workers_pss(paths, workers, env, target=_worker):
     os.environ.update(env)
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(workers + 1)
     done = ctx.Queue()
-    procs = [ctx.Process(target=_worker, args=(paths[i::workers], barrier, done)) for i in range(workers)]
+    procs = [ctx.Process(target=target, args=(paths[i::workers], barrier, done)) for i in range(workers)]
     for p in procs:
         p.start()
     reports = [done.get(timeout=600) for _ in procs]
@@ -130,7 +148,7 @@ def workers_pss(paths, workers, env):
 
 
 def memory(base, s3, bucket):
-    paths, _ = make_dataset(s3, bucket, "mem", 256, 256 << 10, seed=2)
+    paths, local = make_dataset(s3, bucket, "mem", 256, 256 << 10, seed=2)
     workers = 32
     run_dir = os.path.join(base, "run")
     cache = os.path.join(base, "cache")
@@ -146,9 +164,15 @@ def memory(base, s3, bucket):
         subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
     embedded_pss, modes = workers_pss(paths, workers, {"USE_MEMARTS": "1", "MEMARTS_RUN_DIR": os.path.join(base, "none")})
     assert modes == {"embedded"}, modes
+    plain_pss, _ = workers_pss(local, workers, {}, target=_plain_worker)
     proxy_total = worker_pss + proxy_pss
+    # What memarts itself adds to the job, over the interpreters that run it either way.
+    added_proxy, added_embedded = proxy_total - plain_pss, embedded_pss - plain_pss
     return {"workers": workers, "proxy_mode_kib": proxy_total, "proxy_mode_workers_kib": worker_pss,
-            "proxies_kib": proxy_pss, "embedded_mode_kib": embedded_pss, "ratio": proxy_total / embedded_pss}
+            "proxies_kib": proxy_pss, "embedded_mode_kib": embedded_pss, "ratio": proxy_total / embedded_pss,
+            "plain_python_kib": plain_pss, "added_by_memarts_proxy_mode_kib": added_proxy,
+            "added_by_memarts_embedded_kib": added_embedded,
+            "ratio_added": added_proxy / added_embedded if added_embedded > 0 else None}
 
 
 def main():
@@ -163,20 +187,24 @@ def main():
     base = tempfile.mkdtemp(prefix="memarts-pybench-")
     os.environ["MEMARTS_RUN_DIR"] = os.path.join(base, "run")
     os.environ["MEMARTS_CACHE_DIR"] = os.path.join(base, "cache")
-    subprocess.run([MEMARTS, "start_proxy", "4"], check=True, capture_output=True)
-    try:
-        small = small_files(s3, bucket)
-    finally:
-        subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
-    print(f"warm 128 KiB files: memarts {small['memarts_mbs']:.0f} MB/s ({small['memarts_files_per_s']:.0f} files/s) "
-          f"vs open().read() {small['page_cache_mbs']:.0f} MB/s ({small['ratio']:.2f}x)")
+    small_by_fleet = small_files(s3, bucket)
+    for r in small_by_fleet.values():
+        print(f"warm 128 KiB files, {r['proxies']} proxies: memarts {r['memarts_mbs']:.0f} MB/s "
+              f"({r['memarts_files_per_s']:.0f} files/s) vs open().read() {r['page_cache_mbs']:.0f} MB/s "
+              f"({r['ratio']:.2f}x)")
+    small = small_by_fleet[4]
     mem = memory(base, s3, bucket)
     moto.kill()
     print(f"PSS, {mem['workers']} workers: proxy mode {mem['proxy_mode_kib'] / 1024:.0f} MiB "
           f"(workers {mem['proxy_mode_workers_kib'] / 1024:.0f} + proxies {mem['proxies_kib'] / 1024:.0f}) "
-          f"vs embedded {mem['embedded_mode_kib'] / 1024:.0f} MiB ({mem['ratio']:.2f}x)")
-    out = {"small_files": small, "memory": mem,
-           "ratios": {"warm_small_vs_page_cache": small["ratio"], "proxy_vs_embedded_pss": mem["ratio"]},
+          f"vs embedded {mem['embedded_mode_kib'] / 1024:.0f} MiB ({mem['ratio']:.2f}x); "
+          f"the same job in plain Python {mem['plain_python_kib'] / 1024:.0f} MiB, so memarts adds "
+          f"{mem['added_by_memarts_proxy_mode_kib'] / 1024:.0f} MiB in proxy mode vs "
+          f"{mem['added_by_memarts_embedded_kib'] / 1024:.0f} MiB embedded")
+    out = {"small_files": small, "small_files_by_fleet_size": list(small_by_fleet.values()), "memory": mem,
+           "ratios": {"warm_small_vs_page_cache": small["ratio"], "proxy_vs_embedded_pss": mem["ratio"],
+                      "warm_small_vs_page_cache_1_proxy": small_by_fleet[1]["ratio"],
+                      "proxy_vs_embedded_added_pss": mem["ratio_added"]},
            "goals": {"warm_small_vs_page_cache": ">= 0.5", "proxy_vs_embedded_pss": "<= 0.35"}}
     path = os.path.join(ROOT, "tests", "bench", "results", "python.json")
     with open(path, "w") as f:
