@@ -102,6 +102,7 @@ pub async fn serve(
     listener: tokio::net::UnixListener,
     shutdown: CancellationToken,
 ) {
+    cache.load_meta_snapshot();
     cache.start_rebuild();
     let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);
     server::run(
@@ -114,4 +115,5 @@ pub async fn serve(
     )
     .await;
     cache.wait_idle(drain).await;
+    cache.save_meta_snapshot();
 }

@@ -31,11 +31,17 @@ fn restart_with_same_and_different_n_keeps_the_cache_warm() {
     let chunks: usize = objects.iter().map(|o| o.len().div_ceil(CS as usize)).sum();
     assert_eq!(cold, chunks, "one GET per chunk");
     for n in [4, 3, 1, 6] {
+        let heads = moto().requests(&format!("HEAD /{bucket}/"));
         fleet.stop_proxy();
         assert!(!fleet.run_dir.join("proxy-0.sock").exists(), "stop_proxy left a socket");
         fleet.start_proxy(n);
         read_all(&fleet);
         assert_eq!(moto().gets_settled(&bucket), cold, "restart with N={n} re-fetched cached chunks");
+        if n == 4 {
+            // Same N after a clean stop: each slot reloads the metadata it saved, still within its TTL.
+            let after = moto().requests(&format!("HEAD /{bucket}/"));
+            assert_eq!(after, heads, "a clean restart with the same N asked the origin for metadata again");
+        }
     }
 }
 

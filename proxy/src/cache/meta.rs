@@ -1,10 +1,30 @@
 //! Metadata cache: stat results trusted for a TTL, then revalidated with the origin. Bounded in entries.
+//!
+//! A slot that stops gracefully saves its fresh entries ([`MetaCache::save`]) and the next slot of
+//! that number loads them ([`MetaCache::load`]) with the time each was verified, so a planned
+//! restart does not cost one HEAD per object: each entry is trusted for what is left of its TTL,
+//! exactly as if the slot had kept running. The snapshot is a cache: a missing, foreign or damaged
+//! file only means HEADs again.
 
+use std::io::{self, Write};
+use std::path::Path;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use lru::LruCache;
-use memarts_protocol::ObjectMeta;
+use memarts_protocol::{crc32c, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+/// Snapshot file: this magic, a CRC32C of the rest, then the postcard-encoded entries.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"MAMETA01";
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotEntry {
+    url: String,
+    meta: ObjectMeta,
+    /// Wall-clock time of the verification, ms since the Unix epoch.
+    verified_ms: u64,
+}
 
 pub struct MetaCache {
     ttl: Duration,
@@ -40,6 +60,67 @@ impl MetaCache {
     pub fn invalidate(&self, url: &str) {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).pop(url);
     }
+
+    /// Writes the fresh entries to `path` (temp file, then rename); returns how many.
+    pub fn save(&self, path: &Path) -> io::Result<usize> {
+        let now_wall = SystemTime::now();
+        let entries: Vec<SnapshotEntry> = {
+            let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+            // Least recently used first, so that a load into a smaller cache keeps the hottest.
+            entries
+                .iter()
+                .rev()
+                .filter(|(_, (_, at))| at.elapsed() < self.ttl)
+                .map(|(url, (meta, at))| SnapshotEntry {
+                    url: url.clone(),
+                    meta: meta.clone(),
+                    verified_ms: unix_ms(
+                        now_wall.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH),
+                    ),
+                })
+                .collect()
+        };
+        let body = postcard::to_allocvec(&entries).map_err(io::Error::other)?;
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(SNAPSHOT_MAGIC)?;
+        file.write_all(&crc32c(&body).to_le_bytes())?;
+        file.write_all(&body)?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        Ok(entries.len())
+    }
+
+    /// Loads a snapshot written by [`MetaCache::save`]: each entry is trusted for what is left of
+    /// its TTL; expired entries, and entries verified in the future (a clock that jumped back), are
+    /// skipped. Returns how many were loaded.
+    pub fn load(&self, path: &Path) -> io::Result<usize> {
+        let bytes = std::fs::read(path)?;
+        let invalid =
+            |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {what}", path.display()));
+        if bytes.len() < 12 || &bytes[..8] != SNAPSHOT_MAGIC {
+            return Err(invalid("not a metadata snapshot"));
+        }
+        let body = &bytes[12..];
+        if crc32c(body).to_le_bytes() != bytes[8..12] {
+            return Err(invalid("checksum mismatch"));
+        }
+        let entries: Vec<SnapshotEntry> = postcard::from_bytes(body).map_err(|e| invalid(&e.to_string()))?;
+        let now_ms = unix_ms(SystemTime::now());
+        let (now, mut loaded) = (Instant::now(), 0);
+        let mut cache = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for e in entries {
+            let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
+            let Some(at) = now.checked_sub(age).filter(|_| age < self.ttl) else { continue };
+            cache.put(e.url, (e.meta, at));
+            loaded += 1;
+        }
+        Ok(loaded)
+    }
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]
@@ -64,5 +145,45 @@ mod tests {
         let off = MetaCache::new(Duration::ZERO, 2);
         off.put("a".into(), meta("1"));
         assert_eq!(off.get("a"), None);
+    }
+
+    #[test]
+    fn a_snapshot_keeps_what_is_left_of_each_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.snap");
+        let cache = MetaCache::new(Duration::from_millis(300), 10);
+        cache.put("old".into(), meta("1"));
+        std::thread::sleep(Duration::from_millis(200));
+        cache.put("new".into(), meta("2"));
+        assert_eq!(cache.save(&path).unwrap(), 2);
+
+        let restarted = MetaCache::new(Duration::from_millis(300), 10);
+        assert_eq!(restarted.load(&path).unwrap(), 2);
+        assert_eq!((restarted.get("old"), restarted.get("new")), (Some(meta("1")), Some(meta("2"))));
+        std::thread::sleep(Duration::from_millis(150));
+        assert_eq!(restarted.get("old"), None, "the old entry's TTL ran out as it would have");
+        assert_eq!(restarted.get("new"), Some(meta("2")));
+
+        // Loaded after every entry expired: nothing.
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(MetaCache::new(Duration::from_millis(300), 10).load(&path).unwrap(), 0);
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.snap");
+        let cache = MetaCache::new(Duration::from_secs(60), 10);
+        cache.put("a".into(), meta("1"));
+        cache.save(&path).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let fresh = MetaCache::new(Duration::from_secs(60), 10);
+        assert_eq!(fresh.load(&path).unwrap_err().kind(), io::ErrorKind::InvalidData);
+        std::fs::write(&path, b"junk").unwrap();
+        assert!(fresh.load(&path).is_err());
+        assert_eq!(fresh.get("a"), None);
     }
 }

@@ -165,6 +165,41 @@ impl Cache {
         meta
     }
 
+    /// Where this slot number of a fleet of this size keeps its metadata across graceful restarts.
+    fn meta_snapshot_path(&self) -> PathBuf {
+        let name = format!("slot-{}-of-{}.snap", self.info.slot, self.info.slots);
+        self.info.cache_dir.join("v1/meta").join(name)
+    }
+
+    /// Loads what the previous process of this slot saved when it stopped (see [`MetaCache::save`]).
+    pub fn load_meta_snapshot(&self) {
+        if self.info.passthrough {
+            return;
+        }
+        let path = self.meta_snapshot_path();
+        match self.meta.load(&path) {
+            Ok(n) => tracing::info!(entries = n, "metadata restored from {}", path.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("metadata snapshot ignored: {e}"),
+        }
+    }
+
+    /// Saves the fresh metadata for the next process of this slot; called after draining.
+    pub fn save_meta_snapshot(&self) {
+        if self.info.passthrough {
+            return;
+        }
+        let path = self.meta_snapshot_path();
+        let saved = path.parent().map_or(Ok(()), |dir| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
+        });
+        match saved.and_then(|()| self.meta.save(&path)) {
+            Ok(n) => tracing::info!(entries = n, "metadata saved to {}", path.display()),
+            Err(e) => tracing::warn!("could not save the metadata snapshot {}: {e}", path.display()),
+        }
+    }
+
     /// Records the metadata of a version this slot just wrote, so reads through it see the new
     /// version at once (other slots revalidate when their metadata TTL ends, or on `refresh`).
     pub fn note_written(&self, url: &ObjectUrl, meta: &ObjectMeta) {
