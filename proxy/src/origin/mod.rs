@@ -10,6 +10,11 @@
 mod error;
 pub mod retry;
 
+#[cfg(test)]
+mod fault_tests;
+#[cfg(test)]
+pub(crate) mod faulty;
+
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
