@@ -48,7 +48,7 @@ impl Spinner {
         }
         let start = Instant::now();
         loop {
-            if peek_ready(fd) {
+            if readable_now(fd) {
                 self.misses = 0;
                 return true;
             }
@@ -62,8 +62,8 @@ impl Spinner {
     }
 }
 
-/// True when a read on `fd` would not block: data, EOF, or a pending error.
-fn peek_ready(fd: RawFd) -> bool {
+/// True when a read on `fd` would not block: data, EOF, or a pending error. Consumes nothing.
+pub fn readable_now(fd: RawFd) -> bool {
     let mut byte = 0u8;
     // SAFETY: `byte` is a valid one-byte buffer for the duration of the call; MSG_PEEK leaves the
     // socket's contents untouched and MSG_DONTWAIT keeps the call from blocking. An invalid `fd`

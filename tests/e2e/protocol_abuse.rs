@@ -148,3 +148,111 @@ fn hex(b: &[u8]) -> String {
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
+
+/// Resident memory of a process, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn slow_stuck_and_too_many_clients_get_bounded_outcomes_and_others_are_unaffected() {
+    let bucket = moto().bucket("hostile");
+    let want = pattern(71, 200_000);
+    moto().put(&bucket, "o", &want);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, "io_timeout_secs = 1.0\nidle_timeout_secs = 3.0\nmax_connections = 256\n")
+        .unwrap();
+    let fleet = Fleet::start(1, &[("MEMARTS_CONFIG", config.to_str().unwrap())]);
+    let sock = fleet.run_dir.join("proxy-0.sock");
+    let pid: u32 =
+        std::fs::read_to_string(fleet.run_dir.join("proxy-0.pid")).unwrap().trim().parse().unwrap();
+    let client = fleet.client(64 << 10);
+    let url = format!("s3://{bucket}/o");
+    assert_eq!(client.read(&url).unwrap(), want);
+    let rss_before = rss_kib(pid);
+    let connect = || {
+        let s = UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    };
+
+    // A byte a second: cut off once one frame has taken longer than the I/O timeout.
+    let slow = std::thread::spawn({
+        let mut s = connect();
+        move || {
+            let started = std::time::Instant::now();
+            for b in hello() {
+                if s.write_all(&[b]).is_err() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(400));
+            }
+            let mut buf = [0u8; 64];
+            let _ = s.read(&mut buf); // the typed error, if any, then EOF
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+            started.elapsed()
+        }
+    });
+
+    // Pipelined requests never read: the proxy's replies fill the socket, its write times out, and it
+    // lets go of the connection instead of buffering without bound.
+    let mut stuck = connect();
+    stuck.write_all(&hello()).unwrap();
+    let status = frame::encode(&Request::Status, 0).unwrap();
+    stuck.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut sent = 0;
+    while sent < 200_000 && stuck.write_all(&status).is_ok() {
+        sent += 1;
+    }
+
+    // Far more connections than the slot accepts: the extra ones get a typed Unavailable.
+    let mut many: Vec<UnixStream> = (0..2_000).map(|_| connect()).collect();
+    let mut refused = 0;
+    for s in many.iter_mut().skip(300) {
+        if let Some(Response::Error(e)) = read_response(s) {
+            assert_eq!(e.code, ErrorCode::Unavailable, "{e}");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused >= 1_500,
+        "only {refused} of the connections past the limit were refused with Unavailable"
+    );
+
+    // Meanwhile a well-behaved client is served, byte-exact (its pooled connection predates the flood).
+    assert_eq!(client.read(&url).unwrap(), want);
+    drop(many);
+    let slow_took = slow.join().unwrap();
+    assert!(
+        slow_took < Duration::from_secs(8),
+        "a byte-a-second client held its connection for {slow_took:?}"
+    );
+    drop(stuck);
+    assert_eq!(fleet.client(64 << 10).read(&url).unwrap(), want, "a new client after the abuse");
+    let rss_after = rss_kib(pid);
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "proxy memory grew from {rss_before} KiB to {rss_after} KiB under hostile clients"
+    );
+}
+
+#[test]
+fn a_client_idle_for_longer_than_the_io_timeout_is_still_served() {
+    let bucket = moto().bucket("idle");
+    let want = pattern(72, 1000);
+    moto().put(&bucket, "o", &want);
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, "io_timeout_secs = 0.3\nidle_timeout_secs = 30.0\n").unwrap();
+    let fleet = Fleet::start(1, &[("MEMARTS_CONFIG", config.to_str().unwrap())]);
+    let client = fleet.client(64 << 10);
+    let url = format!("s3://{bucket}/o");
+    assert_eq!(client.read(&url).unwrap(), want);
+    // Idle on its pooled connection for longer than the time one frame may take, not than the idle
+    // timeout: the next request is served, not refused as a frame that "did not arrive in time".
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(client.read(&url).unwrap(), want);
+}

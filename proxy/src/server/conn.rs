@@ -12,7 +12,7 @@ use memarts_protocol::{
     frame, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FrameError, Limits, Request, Response, Welcome,
     WireError, MAX_BATCH, PROTOCOL_VERSION,
 };
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
@@ -112,12 +112,8 @@ async fn serve_inner(
             settings.spinning.store(false, Ordering::Release);
         }
         // Between requests: wait for the next one, unless the slot is draining or the client idles.
-        tokio::select! {
-            _ = drain.cancelled() => return Ok(()),
-            ready = tokio::time::timeout(settings.idle_timeout, stream.readable()) => match ready {
-                Ok(r) => r.map_err(FrameError::Io)?,
-                Err(_) => return Err(ConnError::Timeout("idle")),
-            },
+        if !wait_for_request(stream, settings.idle_timeout, drain).await? {
+            return Ok(());
         }
         let (request, payload) = match read_request(stream, settings, settings.io_timeout).await {
             Ok(r) => r,
@@ -255,6 +251,33 @@ async fn send_with(
 
 /// Reads one request and its payload (only `PutData` carries one); a payload on any other request,
 /// a malformed frame or an oversized one gets a typed `BadRequest` before the connection closes.
+/// Waits until the client has sent something (or closed): false if the slot started draining first.
+///
+/// tokio's readiness is cached: after a request was read without hitting `WouldBlock`, `readable()`
+/// answers at once although nothing has arrived. Trusting it would start the I/O timeout of
+/// `read_request` while the client is merely idle, and refuse a client that is idle for longer than
+/// that. So the socket is peeked, and a stale readiness cleared before waiting again.
+async fn wait_for_request(
+    stream: &mut UnixStream,
+    idle_timeout: Duration,
+    drain: &CancellationToken,
+) -> Result<bool, ConnError> {
+    let deadline = tokio::time::Instant::now() + idle_timeout;
+    loop {
+        tokio::select! {
+            _ = drain.cancelled() => return Ok(false),
+            ready = tokio::time::timeout_at(deadline, stream.readable()) => match ready {
+                Ok(r) => r.map_err(FrameError::Io)?,
+                Err(_) => return Err(ConnError::Timeout("idle")),
+            },
+        }
+        if memarts_protocol::spin::readable_now(stream.as_raw_fd()) {
+            return Ok(true);
+        }
+        let _ = stream.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+    }
+}
+
 async fn read_request(
     stream: &mut UnixStream,
     settings: &ConnSettings,
