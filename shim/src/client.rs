@@ -108,16 +108,25 @@ impl Client {
         pools
     }
 
-    fn checkout(&self, slot: u32, timeout: Duration) -> Result<Conn> {
+    /// A pooled connection to `slot` (true), else a new one (false).
+    fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
         if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
-            return Ok(conn);
+            return Ok((conn, true));
         }
         let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout, self.cfg.spin)?;
         if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
             // The fleet restarted with another size: route by the new one from now on.
             self.slots.store(conn.welcome.slots, Ordering::Relaxed);
         }
-        Ok(conn)
+        Ok((conn, false))
+    }
+
+    /// Forgets the pooled connections to `slot`: one of them failed, so the slot restarted and the
+    /// others are dead too.
+    fn drop_pool(&self, slot: u32) {
+        if let Some(pool) = self.pools().per_slot.get_mut(slot as usize) {
+            pool.clear();
+        }
     }
 
     fn checkin(&self, slot: u32, conn: Conn) {
@@ -150,7 +159,9 @@ impl Client {
                     self.cfg.deadline
                 )));
             }
-            let attempt = self.checkout(slot, remaining).and_then(|mut conn| {
+            let mut pooled = false;
+            let attempt = self.checkout(slot, remaining).and_then(|(mut conn, was_pooled)| {
+                pooled = was_pooled;
                 conn.set_timeout(remaining)?;
                 match f(&mut conn) {
                     Ok(v) => {
@@ -167,6 +178,12 @@ impl Client {
             });
             match attempt {
                 Ok(v) => return Ok(v),
+                Err(e) if is_transient(&e) && pooled => {
+                    // A connection from before a restart: reconnect at once, without backoff.
+                    self.drop_pool(slot);
+                    last = Some(e);
+                    continue;
+                }
                 Err(e) if is_transient(&e) => last = Some(e),
                 Err(e) => return Err(e),
             }

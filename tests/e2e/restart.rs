@@ -236,3 +236,31 @@ fn start_proxy_says_which_slot_failed_and_why() {
         .unwrap();
     assert!(out.status.success());
 }
+
+#[test]
+fn a_client_that_outlives_a_restart_reconnects_at_once() {
+    let bucket = moto().bucket("outlive");
+    let objects: Vec<Vec<u8>> = (0..4).map(|i| pattern(40 + i, 12 * CS as usize + i as usize)).collect();
+    for (i, o) in objects.iter().enumerate() {
+        moto().put(&bucket, &format!("o{i}"), o);
+    }
+    let fleet = Fleet::start(2, &[]);
+    // A short deadline: a dead pooled connection must not cost a backoff sleep each.
+    let client = memarts_shim::Client::new(memarts_shim::ShimConfig {
+        deadline: Duration::from_millis(1000),
+        parallel: 8,
+        ..fleet.client(CS).config().clone()
+    })
+    .unwrap();
+    let read_all = || {
+        for (i, o) in objects.iter().enumerate() {
+            let got = client.read(&format!("s3://{bucket}/o{i}"));
+            assert!(got.as_ref().is_ok_and(|g| g == o), "object {i}: {:?}", got.err());
+        }
+    };
+    read_all();
+    read_all(); // warm: every slot's pool now holds several connections
+    fleet.stop_proxy();
+    fleet.start_proxy(2);
+    read_all();
+}
