@@ -39,11 +39,17 @@ fmt:
 demo: build
 	bash ops/scripts/demo.sh target/release
 
+# One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): the Rust bench (fleet.json),
+# the Python package (python.json), memarts against the tools users pick instead over an emulated
+# remote link (compare.json; the peers are pip-installed by the script), then report.py merges them
+# into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
 	$(CARGO) bench -p memarts-tests --bench fleet
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python matplotlib
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
+	$(PYTHON) tests/bench/report.py
 
 clean:
 	$(CARGO) clean

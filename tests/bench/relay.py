@@ -70,6 +70,8 @@ class TokenBucket:
 
 
 class Relay:
+    """Connection handler of the relay: one upstream connection per client connection, two pumps."""
+
     def __init__(self, target_host, target_port, params):
         self.target = (target_host, target_port)
         self.latency = params["latency_ms"] / 1000.0
@@ -298,8 +300,10 @@ def main():
     # SIGUSR1: one line of JSON counters on stdout (read by `stats()` of start_relay).
     signal.signal(signal.SIGUSR1, lambda *_: print(json.dumps(stop.relay.stats()), flush=True))
     print(f"READY {url}", flush=True)
+    parent = os.getppid()
     while not done.wait(0.5):
-        pass
+        if os.getppid() != parent:  # the process that started us is gone: do not outlive it
+            break
     stop()
 
 

@@ -1,0 +1,184 @@
+"""Merges one `make bench` run into `tests/bench/results/latest.json`, a markdown table
+(`latest.md`) and a chart (`latest.svg`).
+
+Inputs, all written by the same run: `fleet.json` (the Rust bench: warm reads through the Rust shim
+against the page cache, cold reads against direct ranged GETs, restart time), `python.json` (the
+Python package: small files, per-worker memory) and `compare.json` (the peers over the emulated
+remote link). A missing input is an error: a report never mixes runs silently.
+
+`latest.json` keeps each input whole under its name and adds `ratios` (every ratio of the run, the
+issue's keys first) and `goals` (each with the goal and whether this run met it).
+"""
+
+import json
+import os
+import sys
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+# The ratios the benchmark issue asks for, their goals, and which input measures each.
+GOALS = {
+    "warm_vs_page_cache": (">=", 0.8, "fleet"),
+    "warm_small_vs_page_cache": (">=", 0.5, "python"),
+    "cold_vs_direct_origin": (">=", 0.9, "fleet"),
+    "proxy_vs_embedded_pss": ("<=", 0.35, "python"),
+    "warm_vs_s3torchconnector": (">=", 5.0, "compare"),
+    "warm_vs_fsspec_filecache": (">=", 1.0, "compare"),
+    "warm_vs_download_then_read": (">=", 1.0, "compare"),
+}
+
+
+def load(name):
+    path = os.path.join(RESULTS, f"{name}.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise SystemExit(f"report: {path} is missing; run `make bench` (it writes all three inputs)") from None
+
+
+def merged_ratios(inputs):
+    ratios = {}
+    for key, (_op, _goal, source) in GOALS.items():
+        ratios[key] = inputs[source]["ratios"].get(key)
+    for source, data in inputs.items():
+        for key, value in data.get("ratios", {}).items():
+            ratios.setdefault(key if key not in GOALS else f"{source}.{key}", value)
+    return ratios
+
+
+def goal_status(ratios):
+    out = {}
+    for key, (op, goal, _source) in GOALS.items():
+        value = ratios.get(key)
+        met = None if not isinstance(value, (int, float)) else (value >= goal if op == ">=" else value <= goal)
+        out[key] = {"goal": f"{op} {goal}", "value": value, "met": met}
+    return out
+
+
+def mbs(entry):
+    return entry.get("mbs") if isinstance(entry, dict) else None
+
+
+def scenarios(fleet, python, compare):
+    """(label, small-file MB/s, large-file MB/s) for every scenario measured over the same datasets in
+    compare.json; None where a scenario does not apply or could not run."""
+    rows = [("page cache: open().read() of local copies", mbs(compare["page_cache"]["small"]),
+             mbs(compare["page_cache"]["large"]))]
+    for run in compare["memarts"]["worker_sweep"] + compare["memarts"]["proxy_sweep"]:
+        who = f"memarts (Python), {run['workers']} worker{'s' if run['workers'] > 1 else ''}, {run['proxies']} prox{'ies' if run['proxies'] > 1 else 'y'}"
+        for phase, label in (("warm", "warm"), ("restart", "warm after restart"), ("cold", "cold")):
+            small, large = run["small"].get(phase), run["large"].get(phase)
+            if small or large:
+                rows.append((f"{who}: {label}", mbs(small), mbs(large)))
+    peers = [
+        ("boto3 download, then read: warm (local re-read)", "boto3_download_then_read", "warm"),
+        ("boto3 download, then read: cold", "boto3_download_then_read", "cold"),
+        ("s3torchconnector S3MapDataset: epoch 2", "s3torchconnector", "epoch2"),
+        ("s3torchconnector S3MapDataset: epoch 1", "s3torchconnector", "epoch1"),
+        ("fsspec/s3fs filecache: warm", "fsspec_filecache", "warm"),
+        ("fsspec/s3fs filecache: cold", "fsspec_filecache", "cold"),
+    ]
+    for label, name, phase in peers:
+        peer = compare.get(name)
+        if not isinstance(peer, dict) or "small" not in peer:
+            rows.append((f"{label} (did not run: {peer.get('unavailable') if isinstance(peer, dict) else peer})", None, None))
+            continue
+        rows.append((label, mbs(peer["small"].get(phase)), mbs(peer["large"].get(phase))))
+    return rows
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}"
+
+
+def markdown(latest, rows):
+    c, f, p = latest["compare"], latest["fleet"], latest["python"]
+    link = c["link"]
+    m = c["machine"]
+    lines = [
+        f"Machine: {m['cores']} cores, {m['cpu']}, {m['ram_gib']} GiB RAM, kernel {m['kernel']}; scale `{c['scale']}`.",
+        f"Emulated link to the S3 server (moto on loopback): +{link['latency_ms']:g} ms per request, "
+        f"{link['mbps_per_conn']:g} MB/s per connection, {link['mbps_total']:g} MB/s in total.",
+        f"Datasets: {c['datasets']['small']['files']} small files ({c['datasets']['small']['min_size'] >> 10}–"
+        f"{c['datasets']['small']['max_size'] >> 10} KiB), {c['datasets']['large']['files']} large files of "
+        f"{c['datasets']['large']['max_size'] >> 20} MiB.",
+        "",
+        "| scenario | small files, MB/s | large files, MB/s |",
+        "|---|---:|---:|",
+    ]
+    lines += [f"| {label} | {fmt(s)} | {fmt(l)} |" for label, s, l in rows]
+    lines += ["", "Through the Rust shim (`fleet.json`, 4 proxies, one reader, no link emulation):", "",
+              "| scenario | memarts | reference | ratio |", "|---|---:|---:|---:|"]
+    for row in f["rows"]:
+        if row["scenario"] == "warm":
+            lines.append(f"| warm read, {row['object_mib']} MiB object | {fmt(row['memarts_mbs'])} MB/s | "
+                         f"page cache {fmt(row['page_cache_mbs'])} MB/s | {row['ratio']:.2f}× |")
+        elif row["scenario"] == "cold":
+            lines.append(f"| cold read, {row['object_mib']} MiB object | {fmt(row['memarts_mbs'])} MB/s | "
+                         f"direct ranged GETs {fmt(row['direct_origin_mbs'])} MB/s | {row['ratio']:.2f}× |")
+        elif row["scenario"] == "restart":
+            lines.append(f"| restart with {row['cached_chunks']:,} cached chunks | ready in {row['start_proxy_ready_s']:.2f} s "
+                         f"| index rebuilt in {row['index_rebuilt_s']:.2f} s | |")
+        elif row["scenario"] == "round_trip":
+            lines.append(f"| one request/response | stat {row['memarts_stat_us']:.0f} µs | "
+                         f"socket ping-pong {row['socket_ping_pong_us']:.0f} µs | |")
+    mem = p["memory"]
+    lines += ["", f"Memory, {mem['workers']} worker processes reading one dataset (total PSS): proxy mode "
+              f"{mem['proxy_mode_kib'] / 1024:.0f} MiB (workers {mem['proxy_mode_workers_kib'] / 1024:.0f} + proxies "
+              f"{mem['proxies_kib'] / 1024:.0f}), embedded mode {mem['embedded_mode_kib'] / 1024:.0f} MiB, the same job "
+              f"in plain Python {mem['plain_python_kib'] / 1024:.0f} MiB.", "",
+              "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
+    for key, g in latest["goals"].items():
+        value = "—" if g["value"] is None else f"{g['value']:.2f}"
+        lines.append(f"| `{key}` | {value} | {g['goal']} | {'yes' if g['met'] else 'no' if g['met'] is False else '—'} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(rows, path):
+    """Horizontal bars of MB/s per scenario, small and large files side by side, log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r[1] is not None or r[2] is not None]
+    labels = [r[0] for r in shown][::-1]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.34 * len(shown) + 1.6), sharey=True)
+    for ax, col, title in ((axes[0], 1, "small files (64–256 KiB)"), (axes[1], 2, "large files")):
+        values = [r[col] or 0 for r in shown][::-1]
+        colors = ["#1f77b4" if "memarts" in l else "#7f7f7f" if "page cache" in l else "#ff7f0e" for l in labels]
+        ax.barh(range(len(values)), values, color=colors)
+        ax.set_xscale("log")
+        ax.set_title(f"{title}, MB/s (log scale)")
+        ax.grid(axis="x", which="both", alpha=0.3)
+        for i, v in enumerate(values):
+            if v:
+                ax.text(v, i, f" {v:,.0f}", va="center", fontsize=7)
+    axes[0].set_yticks(range(len(labels)), labels, fontsize=8)
+    fig.suptitle("memarts vs page cache vs peers, one run (blue: memarts, orange: peers, grey: page cache)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, format="svg")
+    plt.close(fig)
+
+
+def main():
+    inputs = {name: load(name) for name in ("fleet", "python", "compare")}
+    scales = {name: data.get("scale", "small" if name == "python" else None) for name, data in inputs.items()}
+    ratios = merged_ratios(inputs)
+    latest = dict(inputs, ratios=ratios, goals=goal_status(ratios), scales=scales)
+    with open(os.path.join(RESULTS, "latest.json"), "w") as f:
+        json.dump(latest, f, indent=2)
+    rows = scenarios(inputs["fleet"], inputs["python"], inputs["compare"])
+    table = markdown(latest, rows)
+    with open(os.path.join(RESULTS, "latest.md"), "w") as f:
+        f.write(table)
+    chart(rows, os.path.join(RESULTS, "latest.svg"))
+    print(table)
+    print(f"wrote {RESULTS}/latest.json, latest.md, latest.svg")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
