@@ -121,6 +121,12 @@ impl Client {
         Ok((conn, false))
     }
 
+    /// Re-reads the fleet size from `fleet.json`; the new size if it changed.
+    fn refresh_slots(&self) -> Option<u32> {
+        let n = fleet_slots(&self.cfg.run_dir).ok()?;
+        (self.slots.swap(n, Ordering::Relaxed) != n).then_some(n)
+    }
+
     /// Forgets the pooled connections to `slot`: one of them failed, so the slot restarted and the
     /// others are dead too.
     fn drop_pool(&self, slot: u32) {
@@ -144,7 +150,7 @@ impl Client {
     /// restarting or overloaded, until `deadline`. Typed errors from the proxy return at once.
     pub(crate) fn with_slot<T>(
         &self,
-        slot: u32,
+        mut slot: u32,
         deadline: Instant,
         mut f: impl FnMut(&mut Conn) -> Result<T>,
     ) -> Result<T> {
@@ -184,7 +190,16 @@ impl Client {
                     last = Some(e);
                     continue;
                 }
-                Err(e) if is_transient(&e) => last = Some(e),
+                Err(e) if is_transient(&e) => {
+                    if let Some(n) = self.refresh_slots().filter(|&n| slot >= n) {
+                        // The fleet restarted smaller and this slot is gone: any slot can serve
+                        // any request (they share one cache dir); later calls route by the new size.
+                        slot %= n;
+                        last = Some(e);
+                        continue;
+                    }
+                    last = Some(e);
+                }
                 Err(e) => return Err(e),
             }
             std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
