@@ -256,7 +256,8 @@ async fn send_with(
 /// tokio's readiness is cached: after a request was read without hitting `WouldBlock`, `readable()`
 /// answers at once although nothing has arrived. Trusting it would start the I/O timeout of
 /// `read_request` while the client is merely idle, and refuse a client that is idle for longer than
-/// that. So the socket is peeked, and a stale readiness cleared before waiting again.
+/// that. So the socket is peeked, and a stale readiness cleared (race-free, by `try_io`) before
+/// waiting again.
 async fn wait_for_request(
     stream: &mut UnixStream,
     idle_timeout: Duration,
@@ -271,10 +272,19 @@ async fn wait_for_request(
                 Err(_) => return Err(ConnError::Timeout("idle")),
             },
         }
-        if memarts_protocol::spin::readable_now(stream.as_raw_fd()) {
+        // The peek runs inside `try_io`, so a stale readiness is cleared only as of before the peek:
+        // bytes that arrive after it raise a new readiness event instead of being lost.
+        let fd = stream.as_raw_fd();
+        let peeked = stream.try_io(Interest::READABLE, || {
+            if memarts_protocol::spin::readable_now(fd) {
+                Ok(())
+            } else {
+                Err(std::io::ErrorKind::WouldBlock.into())
+            }
+        });
+        if peeked.is_ok() {
             return Ok(true);
         }
-        let _ = stream.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
     }
 }
 
