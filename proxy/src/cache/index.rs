@@ -1,6 +1,8 @@
 //! The chunk index of one slot: which chunks it owns, how many bytes they take on disk, and their
 //! recency, for LRU eviction within the slot's share of the fleet capacity.
 
+use std::collections::HashMap;
+
 use lru::LruCache;
 
 /// LRU index over chunk ids with byte accounting. Not thread-safe; the cache wraps it in a mutex and
@@ -9,12 +11,19 @@ pub struct ChunkIndex {
     lru: LruCache<u128, u64>,
     used: u64,
     capacity: Option<u64>,
+    /// Chunks per placement (the id's upper half: object and chunk number, any version), so a read
+    /// can tell "some version of this chunk is cached" without knowing the version.
+    placements: HashMap<u64, u32>,
 }
 
 impl Default for ChunkIndex {
     fn default() -> Self {
-        ChunkIndex { lru: LruCache::unbounded(), used: 0, capacity: None }
+        ChunkIndex { lru: LruCache::unbounded(), used: 0, capacity: None, placements: HashMap::new() }
     }
+}
+
+fn placement_of(id: u128) -> u64 {
+    (id >> 64) as u64
 }
 
 impl ChunkIndex {
@@ -43,6 +52,20 @@ impl ChunkIndex {
         self.lru.contains(&id)
     }
 
+    /// Whether some version of the chunk with this placement is indexed.
+    pub fn has_placement(&self, placement: u64) -> bool {
+        self.placements.contains_key(&placement)
+    }
+
+    fn counted_out(&mut self, id: u128) {
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.placements.entry(placement_of(id)) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
+    }
+
     /// Marks `id` most recently used; false if absent.
     pub fn touch(&mut self, id: u128) -> bool {
         self.lru.get(&id).is_some()
@@ -55,8 +78,9 @@ impl ChunkIndex {
 
     /// Inserts or replaces `id` as most recently used.
     pub fn insert(&mut self, id: u128, bytes: u64) {
-        if let Some(old) = self.lru.put(id, bytes) {
-            self.used -= old;
+        match self.lru.put(id, bytes) {
+            Some(old) => self.used -= old,
+            None => *self.placements.entry(placement_of(id)).or_insert(0) += 1,
         }
         self.used += bytes;
     }
@@ -73,6 +97,7 @@ impl ChunkIndex {
     pub fn remove(&mut self, id: u128) -> Option<u64> {
         let bytes = self.lru.pop(&id)?;
         self.used -= bytes;
+        self.counted_out(id);
         Some(bytes)
     }
 
@@ -86,6 +111,7 @@ impl ChunkIndex {
         while self.used + kept.map_or(0, |k| k.1) > cap {
             let Some((id, bytes)) = self.lru.pop_lru() else { break };
             self.used -= bytes;
+            self.counted_out(id);
             if Some(id) == keep {
                 kept = Some((id, bytes));
                 continue;
@@ -160,6 +186,11 @@ mod tests {
         Evict(Option<u8>),
     }
 
+    /// Ids spread over 8 placements (the upper half), several ids per placement.
+    fn wide(i: u8) -> u128 {
+        (u128::from(i % 8) << 64) | u128::from(i)
+    }
+
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
             4 => (any::<u8>(), 1..5000u16).prop_map(|(i, b)| Op::Insert(i % 32, b)),
@@ -178,17 +209,17 @@ mod tests {
             let mut model = Model::default();
             for op in ops {
                 match op {
-                    Op::Insert(id, b) => { real.insert(id.into(), b.into()); model.insert(id.into(), b.into()); }
+                    Op::Insert(id, b) => { real.insert(wide(id), b.into()); model.insert(wide(id), b.into()); }
                     Op::InsertIfAbsent(id, b) => {
-                        let absent = !model.order.iter().any(|e| e.0 == u128::from(id));
-                        if absent { model.insert(id.into(), b.into()); }
-                        prop_assert_eq!(real.insert_if_absent(id.into(), b.into()), absent);
+                        let absent = !model.order.iter().any(|e| e.0 == wide(id));
+                        if absent { model.insert(wide(id), b.into()); }
+                        prop_assert_eq!(real.insert_if_absent(wide(id), b.into()), absent);
                     }
-                    Op::Touch(id) => prop_assert_eq!(real.touch(id.into()), model.touch(id.into())),
-                    Op::Remove(id) => prop_assert_eq!(real.remove(id.into()), model.remove(id.into())),
+                    Op::Touch(id) => prop_assert_eq!(real.touch(wide(id)), model.touch(wide(id))),
+                    Op::Remove(id) => prop_assert_eq!(real.remove(wide(id)), model.remove(wide(id))),
                     Op::Capacity(c) => { real.set_capacity(c.map(u64::from)); model.capacity = c.map(u64::from); }
                     Op::Evict(keep) => {
-                        let keep = keep.map(u128::from);
+                        let keep = keep.map(wide);
                         prop_assert_eq!(real.evict_over_capacity(keep), model.evict(keep));
                         if let Some(cap) = model.capacity {
                             let kept = keep.and_then(|k| model.order.iter().find(|e| e.0 == k)).map_or(0, |e| e.1);
@@ -197,6 +228,10 @@ mod tests {
                     }
                 }
                 prop_assert_eq!(real.used(), model.used());
+                for p in 0..8u64 {
+                    let any = model.order.iter().any(|(id, _)| (id >> 64) as u64 == p);
+                    prop_assert_eq!(real.has_placement(p), any, "placement {}", p);
+                }
                 prop_assert_eq!(real.len(), model.order.len());
             }
         }

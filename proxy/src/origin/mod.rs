@@ -225,6 +225,47 @@ impl Origin {
             .await
     }
 
+    /// The current version's metadata and its first `len` bytes (fewer if the object is shorter), in
+    /// one ranged GET: what a cold read needs to start, without a HEAD first. One attempt only: on
+    /// any failure the caller takes the usual way (HEAD, then GET, each with retries), which also
+    /// covers origins that refuse a range of an empty object. A body that does not match the range
+    /// the origin reports is never returned.
+    pub async fn get_first(&self, url: &ObjectUrl, len: u64) -> Result<(ObjectMeta, Bytes), OriginError> {
+        let store = self.store_for(url)?;
+        let path = Self::path_of(url)?;
+        let target = format!("{url} bytes=0-{}", len.saturating_sub(1));
+        let once = RetryPolicy { max_attempts: 1, ..self.policy.clone() };
+        once.run(
+            Label { op: "GET", target: &target },
+            len,
+            || self.count_retry(),
+            || async {
+                self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
+                let res = store.get_opts(&path, opts).await.map_err(OriginError::from_store)?;
+                let meta = to_meta(&res.meta);
+                let want = 0..len.min(meta.size);
+                if res.range != want {
+                    return Err(OriginError::Malformed(format!(
+                        "{url}: asked for bytes {want:?} of {}, the origin answered {:?}",
+                        meta.size, res.range
+                    )));
+                }
+                let bytes = res.bytes().await.map_err(OriginError::from_store)?;
+                if bytes.len() as u64 != want.end {
+                    return Err(OriginError::Malformed(format!(
+                        "{url}: body of {} bytes for a range of {}",
+                        bytes.len(),
+                        want.end
+                    )));
+                }
+                self.stats.bytes.fetch_add(want.end, Ordering::Relaxed);
+                Ok((meta, bytes))
+            },
+        )
+        .await
+    }
+
     /// One page of a listing. Non-recursive listings report common prefixes as directories.
     pub async fn list(&self, req: &ListRequest) -> Result<ListPage, OriginError> {
         let url = ObjectUrl::parse(&req.url).map_err(|e| OriginError::BadRequest(e.to_string()))?;
