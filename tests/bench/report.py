@@ -71,6 +71,11 @@ def scenarios(fleet, python, compare):
             small, large = run["small"].get(phase), run["large"].get(phase)
             if small or large:
                 rows.append((f"{who}: {label}", mbs(small), mbs(large)))
+    for run in compare["memarts"].get("rust_shim_sweep", []):
+        who = (f"memarts warmup (Rust shim; lists the prefix at the origin each epoch), {run['threads']} "
+               f"thread{'s' if run['threads'] > 1 else ''}, {run['proxies']} proxies")
+        for phase, label in (("warm", "warm"), ("restart", "warm after restart"), ("cold", "cold")):
+            rows.append((f"{who}: {label}", mbs(run["small"].get(phase)), mbs(run["large"].get(phase))))
     peers = [
         ("boto3 download, then read: warm (local re-read)", "boto3_download_then_read", "warm"),
         ("boto3 download, then read: cold", "boto3_download_then_read", "cold"),
