@@ -72,8 +72,7 @@ def scenarios(fleet, python, compare):
             if small or large:
                 rows.append((f"{who}: {label}", mbs(small), mbs(large)))
     for run in compare["memarts"].get("rust_shim_sweep", []):
-        who = (f"memarts warmup (Rust shim; lists the prefix at the origin each epoch), {run['threads']} "
-               f"thread{'s' if run['threads'] > 1 else ''}, {run['proxies']} proxies")
+        who = f"memarts warmup (Rust shim, + a LIST), {run['threads']} thr., {run['proxies']} proxies"
         for phase, label in (("warm", "warm"), ("restart", "warm after restart"), ("cold", "cold")):
             rows.append((f"{who}: {label}", mbs(run["small"].get(phase)), mbs(run["large"].get(phase))))
     peers = [
