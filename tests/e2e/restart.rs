@@ -237,27 +237,36 @@ fn start_proxy_says_which_slot_failed_and_why() {
     assert!(out.status.success());
 }
 
-#[test]
-fn a_client_that_outlives_a_restart_reconnects_at_once() {
-    let bucket = moto().bucket("outlive");
-    let objects: Vec<Vec<u8>> = (0..4).map(|i| pattern(40 + i, 12 * CS as usize + i as usize)).collect();
+/// `n` objects `o0..` of about `chunks` chunks each in a new bucket: (bucket, contents).
+fn put_objects(hint: &str, n: u64, chunks: usize, seed: u64) -> (String, Vec<Vec<u8>>) {
+    let bucket = moto().bucket(hint);
+    let objects: Vec<Vec<u8>> =
+        (0..n).map(|i| pattern(seed + i, chunks * CS as usize + i as usize)).collect();
     for (i, o) in objects.iter().enumerate() {
         moto().put(&bucket, &format!("o{i}"), o);
     }
+    (bucket, objects)
+}
+
+/// A client of `fleet` whose calls give up after `deadline`.
+fn client_with_deadline(fleet: &Fleet, deadline: Duration) -> memarts_shim::Client {
+    let cfg = memarts_shim::ShimConfig { deadline, parallel: 8, ..fleet.client(CS).config().clone() };
+    memarts_shim::Client::new(cfg).unwrap()
+}
+
+/// Reads object `i` of `objects` and checks it byte for byte.
+fn read_checked(client: &memarts_shim::Client, bucket: &str, objects: &[Vec<u8>], i: usize) {
+    let got = client.read(&format!("s3://{bucket}/o{i}"));
+    assert!(got.as_ref().is_ok_and(|g| *g == objects[i]), "object {i}: {:?}", got.err());
+}
+
+#[test]
+fn a_client_that_outlives_a_restart_reconnects_at_once() {
+    let (bucket, objects) = put_objects("outlive", 4, 12, 40);
     let fleet = Fleet::start(2, &[]);
     // A short deadline: a dead pooled connection must not cost a backoff sleep each.
-    let client = memarts_shim::Client::new(memarts_shim::ShimConfig {
-        deadline: Duration::from_millis(1000),
-        parallel: 8,
-        ..fleet.client(CS).config().clone()
-    })
-    .unwrap();
-    let read_all = || {
-        for (i, o) in objects.iter().enumerate() {
-            let got = client.read(&format!("s3://{bucket}/o{i}"));
-            assert!(got.as_ref().is_ok_and(|g| g == o), "object {i}: {:?}", got.err());
-        }
-    };
+    let client = client_with_deadline(&fleet, Duration::from_millis(1000));
+    let read_all = || (0..objects.len()).for_each(|i| read_checked(&client, &bucket, &objects, i));
     read_all();
     read_all(); // warm: every slot's pool now holds several connections
     fleet.stop_proxy();
@@ -267,23 +276,10 @@ fn a_client_that_outlives_a_restart_reconnects_at_once() {
 
 #[test]
 fn a_client_that_outlives_a_shrinking_restart_is_rerouted() {
-    let bucket = moto().bucket("shrink");
-    let objects: Vec<Vec<u8>> = (0..8).map(|i| pattern(60 + i, 3 * CS as usize + i as usize)).collect();
-    for (i, o) in objects.iter().enumerate() {
-        moto().put(&bucket, &format!("o{i}"), o);
-    }
+    let (bucket, objects) = put_objects("shrink", 8, 3, 60);
     let fleet = Fleet::start(4, &[]);
-    let client = memarts_shim::Client::new(memarts_shim::ShimConfig {
-        deadline: Duration::from_secs(3),
-        ..fleet.client(CS).config().clone()
-    })
-    .unwrap();
-    let read_all = || {
-        for (i, o) in objects.iter().enumerate() {
-            let got = client.read(&format!("s3://{bucket}/o{i}"));
-            assert!(got.as_ref().is_ok_and(|g| g == o), "object {i}: {:?}", got.err());
-        }
-    };
+    let client = client_with_deadline(&fleet, Duration::from_secs(3));
+    let read_all = || (0..objects.len()).for_each(|i| read_checked(&client, &bucket, &objects, i));
     read_all();
     let cold = moto().gets_settled(&bucket);
     fleet.stop_proxy();
@@ -296,8 +292,7 @@ fn a_client_that_outlives_a_shrinking_restart_is_rerouted() {
             memarts_protocol::chunk_owner(&url, CS, 0, 4) >= 2
         })
         .expect("an object whose first chunk an old slot 2 or 3 owned");
-    let got = client.read(&format!("s3://{bucket}/o{gone}"));
-    assert!(got.as_ref().is_ok_and(|g| *g == objects[gone]), "object {gone}: {:?}", got.err());
+    read_checked(&client, &bucket, &objects, gone);
     read_all();
     assert_eq!(client.slots(), 2);
     assert_eq!(moto().gets_settled(&bucket), cold, "the smaller fleet re-fetched cached chunks");
