@@ -256,3 +256,86 @@ fn a_client_idle_for_longer_than_the_io_timeout_is_still_served() {
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(client.read(&url).unwrap(), want);
 }
+
+/// Every file below `dir`, recursively.
+fn files_below(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn hostile_keys_get_typed_errors_and_touch_nothing_outside_the_cache() {
+    let bucket = moto().bucket("keys");
+    let want = pattern(73, 5000);
+    moto().put(&bucket, "ok", &want);
+    let fleet = Fleet::start(1, &[]);
+    let outside = fleet.dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let before = files_below(fleet.dir.path());
+    let sock = fleet.run_dir.join("proxy-0.sock");
+    let ask = |request: &[u8]| {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&hello()).unwrap();
+        assert!(matches!(read_response(&mut s), Some(Response::Welcome(_))));
+        // A frame over the size limit is refused from its head: the rest of it may meet a closed socket.
+        let _ = s.write_all(request);
+        read_response(&mut s)
+    };
+    let hostile = [
+        format!("s3://{bucket}/../../outside/escaped"),
+        format!("s3://{bucket}/a/../../../outside/escaped"),
+        format!("s3://{bucket}/a\0b"),
+        format!("s3://{bucket}/{}", "k".repeat(1 << 20)),
+        format!("file://{}/../outside/escaped", fleet.cache_dir.display()),
+        "s3:///no-bucket".to_string(),
+        "gopher://host/x".to_string(),
+    ];
+    for url in &hostile {
+        for request in [
+            Request::Stat { url: url.clone(), refresh: false },
+            Request::PutMemartsStart { url: url.clone() },
+            Request::Delete { url: url.clone() },
+        ] {
+            let what = format!("{request:?}").chars().take(80).collect::<String>();
+            match ask(&frame::encode(&request, 0).unwrap()) {
+                Some(Response::Error(e)) => assert!(
+                    matches!(e.code, ErrorCode::BadRequest | ErrorCode::NotFound),
+                    "{what}: {:?} {e}",
+                    e.code
+                ),
+                // Deleting or starting a memarts-only write of an odd but valid key is allowed; it
+                // must still land inside the cache (checked below).
+                Some(Response::Deleted) | Some(Response::PutAck { .. }) => {}
+                None => {} // refused with the connection closed (a frame over the size limit)
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+    // A string that is not UTF-8 where the message has one.
+    let mut bytes = frame::encode(&Request::Stat { url: "s3://b/AAAA".into(), refresh: false }, 0).unwrap();
+    let at = bytes.windows(4).position(|w| w == b"AAAA").unwrap();
+    bytes[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xc0, 0x80]);
+    match ask(&bytes) {
+        Some(Response::Error(e)) => assert_eq!(e.code, ErrorCode::BadRequest, "{e}"),
+        other => panic!("invalid UTF-8: {other:?}"),
+    }
+    // Nothing appeared outside the cache dir and the run dir, and the slot still serves.
+    let created: Vec<_> = files_below(fleet.dir.path())
+        .into_iter()
+        .filter(|p| !before.contains(p) && !p.starts_with(&fleet.cache_dir) && !p.starts_with(&fleet.run_dir))
+        .collect();
+    assert!(created.is_empty(), "hostile keys created {created:?}");
+    assert!(files_below(&outside).is_empty());
+    assert_eq!(fleet.client(64 << 10).read(&format!("s3://{bucket}/ok")).unwrap(), want);
+}
