@@ -362,17 +362,19 @@ impl Cache {
                         }
                         _ => Err(WireError::new(ErrorCode::OriginError, "empty, or no ETag: ask with HEAD")),
                     });
-                    leader.publish(got.clone());
-                    if let Ok((meta, f)) = got {
+                    // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
+                    // flights, so a read of chunk 0 right after must find it there, not fetch it again.
+                    if let Ok((meta, f)) = &got {
                         this.meta.put(url.to_string(), meta.clone());
                         this.stats.misses.fetch_add(1, Ordering::Relaxed);
                         this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
                         if !this.info.passthrough {
                             let etag = meta.etag.as_deref().unwrap_or_default();
                             let key = ChunkKey::new(&url, etag, chunk_size, 0);
-                            this.persist(&key, key.id().0, f.data).await;
+                            this.persist(&key, key.id().0, f.data.clone()).await;
                         }
                     }
+                    leader.publish(got);
                     drop(leader);
                 },
                 || Err(WireError::new(ErrorCode::Internal, "the first read of this object was abandoned")),
