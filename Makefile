@@ -18,12 +18,14 @@ deps-test:
 	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
-# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes),
-# then the Python package built by maturin and its tests, against a real fleet and again with the
+# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes; they
+# run a second time on the pread engine, which takes over where containers refuse io_uring), then the
+# Python package built by maturin and its tests, against a real fleet and again with the
 # engine embedded in the test process (USE_MEMARTS=1, no fleet).
 test: deps-test
 	$(CARGO) build --bins
 	$(CARGO) test --workspace
+	MEMARTS_IO_ENGINE=pread $(CARGO) test --test e2e
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
 	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests

@@ -158,6 +158,10 @@ impl FleetConfig {
                 other => return Err(format!("MOX_OBS_CLIENT_LOG: {other:?} must be 0 or 1")),
             };
         }
+        if let Some(v) = get("MEMARTS_IO_ENGINE").filter(|v| !v.is_empty()) {
+            v.trim().parse::<EngineKind>().map_err(|e| format!("MEMARTS_IO_ENGINE: {e}"))?;
+            self.io_engine = v.trim().to_string();
+        }
         if let Some(v) = get("MEMARTS_SPIN_US").filter(|v| !v.is_empty()) {
             self.spin_us = memarts_protocol::spin::parse_spin_us(&v)?.as_micros() as u64;
         }
@@ -288,6 +292,7 @@ mod tests {
             ("MEMARTS_CACHE_CAPACITY", "2GiB"),
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
             ("AWS_ALLOW_HTTP", "true"),
+            ("MEMARTS_IO_ENGINE", "pread"),
         ]
         .into();
         let mut cfg = FleetConfig::default();
@@ -296,7 +301,12 @@ mod tests {
         assert_eq!(cfg.capacity, Some(2 << 30));
         assert!(cfg.origin.allow_http);
         assert_eq!(cfg.origin.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(cfg.engine_kind().unwrap(), EngineKind::Pread);
         cfg.validate().unwrap();
+        let err = FleetConfig::default()
+            .apply_env(|k| (k == "MEMARTS_IO_ENGINE").then(|| "mmap".to_string()))
+            .unwrap_err();
+        assert!(err.starts_with("MEMARTS_IO_ENGINE"), "{err}");
 
         let err = FleetConfig::default()
             .apply_env(|k| (k == "MEMARTS_CACHE_CAPACITY").then(|| "lots".to_string()))

@@ -191,7 +191,8 @@ fn the_pread_engine_can_be_selected_and_serves_the_same_cache() {
     let bucket = moto().bucket("pread");
     let want = pattern(41, 6 * CS as usize);
     moto().put(&bucket, "z", &want);
-    let fleet = Fleet::start(2, &[]);
+    // `auto` even in the pass of the suite that forces pread through MEMARTS_IO_ENGINE.
+    let fleet = Fleet::start(2, &[("MEMARTS_IO_ENGINE", "auto")]);
     let url = format!("s3://{bucket}/z");
     assert_eq!(fleet.client(CS).read(&url).unwrap(), want);
     fleet.wait_cached(6);
