@@ -291,15 +291,23 @@ impl Cache {
         self: &Arc<Self>,
         req: &FirstRequest,
     ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
-        if !req.refresh && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {
+        let mut known = None;
+        if !req.refresh {
             let url = parse_url(&req.url)?;
-            if self.is_cold(&url, req.chunk_size) {
+            known = self.meta.get(&url.to_string());
+            let cold = known.is_none()
+                && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size)
+                && self.is_cold(&url, req.chunk_size);
+            if cold {
                 if let Some(first) = self.read_first_cold(url, req.chunk_size).await {
                     return first;
                 }
             }
         }
-        let meta = self.stat(&req.url, req.refresh).await?;
+        let meta = match known {
+            Some(meta) => meta,
+            None => self.stat(&req.url, req.refresh).await?,
+        };
         if meta.size == 0 {
             return Ok((meta, None));
         }
@@ -321,13 +329,11 @@ impl Cache {
         Ok((meta, Some(outcome)))
     }
 
-    /// Nothing is known of `url` here: no metadata, and no version of its chunk 0 in the index (which
-    /// must be complete, and this slot chunk 0's owner, to say so). A warm object that merely lost its metadata (a restart) is not
-    /// cold: it is revalidated with a HEAD, so its cached chunks are used and nothing is fetched.
+    /// With no metadata for `url`: no version of its chunk 0 is cached either (the index must be
+    /// complete, and this slot chunk 0's owner, to say so). A warm object that merely lost its
+    /// metadata (a restart) is not cold: it is revalidated with a HEAD, so its cached chunks are used
+    /// and nothing is fetched.
     fn is_cold(&self, url: &ObjectUrl, chunk_size: u64) -> bool {
-        if self.meta.get(&url.to_string()).is_some() {
-            return false;
-        }
         if self.info.passthrough {
             return true;
         }

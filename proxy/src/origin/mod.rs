@@ -27,7 +27,9 @@ use memarts_protocol::{ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, 
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ClientOptions, GetOptions, GetRange, ObjectStore, RetryConfig, WriteMultipart};
+use object_store::{
+    ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, RetryConfig, WriteMultipart,
+};
 
 pub use error::OriginError;
 use retry::{Label, RetryPolicy};
@@ -205,24 +207,36 @@ impl Origin {
                             return Err(OriginError::Stale(format!("{url}: ETag {got} instead of {etag}")));
                         }
                     }
-                    if res.range != range {
-                        return Err(OriginError::Malformed(format!(
-                            "{url}: asked for bytes {range:?}, the origin answered {:?}",
-                            res.range
-                        )));
-                    }
-                    let bytes = res.bytes().await.map_err(OriginError::from_store)?;
-                    if bytes.len() as u64 != want {
-                        return Err(OriginError::Malformed(format!(
-                            "{url}: body of {} bytes for a range of {want}",
-                            bytes.len()
-                        )));
-                    }
-                    self.stats.bytes.fetch_add(want, Ordering::Relaxed);
-                    Ok(bytes)
+                    self.exact_body(url, res, range.clone()).await
                 },
             )
             .await
+    }
+
+    /// The body of `res`, which must be exactly the bytes `want`: a response for another range, or a
+    /// body of another length, is `Malformed` (retried, never returned).
+    async fn exact_body(
+        &self,
+        url: &ObjectUrl,
+        res: GetResult,
+        want: Range<u64>,
+    ) -> Result<Bytes, OriginError> {
+        if res.range != want {
+            return Err(OriginError::Malformed(format!(
+                "{url}: asked for bytes {want:?}, the origin answered {:?}",
+                res.range
+            )));
+        }
+        let bytes = res.bytes().await.map_err(OriginError::from_store)?;
+        let len = want.end - want.start;
+        if bytes.len() as u64 != len {
+            return Err(OriginError::Malformed(format!(
+                "{url}: body of {} bytes for a range of {len}",
+                bytes.len()
+            )));
+        }
+        self.stats.bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(bytes)
     }
 
     /// The current version's metadata and its first `len` bytes (fewer if the object is shorter), in
@@ -244,22 +258,7 @@ impl Origin {
                 let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
                 let res = store.get_opts(&path, opts).await.map_err(OriginError::from_store)?;
                 let meta = to_meta(&res.meta);
-                let want = 0..len.min(meta.size);
-                if res.range != want {
-                    return Err(OriginError::Malformed(format!(
-                        "{url}: asked for bytes {want:?} of {}, the origin answered {:?}",
-                        meta.size, res.range
-                    )));
-                }
-                let bytes = res.bytes().await.map_err(OriginError::from_store)?;
-                if bytes.len() as u64 != want.end {
-                    return Err(OriginError::Malformed(format!(
-                        "{url}: body of {} bytes for a range of {}",
-                        bytes.len(),
-                        want.end
-                    )));
-                }
-                self.stats.bytes.fetch_add(want.end, Ordering::Relaxed);
+                let bytes = self.exact_body(url, res, 0..len.min(meta.size)).await?;
                 Ok((meta, bytes))
             },
         )

@@ -105,14 +105,18 @@ async fn serve_inner(
     loop {
         // A client reading back to back sends its next request within microseconds: poll for it
         // briefly (one connection per slot at a time) instead of paying for a wake-up.
+        let mut arrived = false;
         if !settings.spin.is_zero()
             && settings.spinning.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
-            spinner.wait_readable(stream.as_raw_fd());
+            arrived = spinner.wait_readable(stream.as_raw_fd());
             settings.spinning.store(false, Ordering::Release);
         }
-        // Between requests: wait for the next one, unless the slot is draining or the client idles.
-        if !wait_for_request(stream, settings.idle_timeout, drain).await? {
+        // Between requests: wait for the next one (unless polling already saw it), unless the slot
+        // is draining or the client idles.
+        if drain.is_cancelled()
+            || (!arrived && !wait_for_request(stream, settings.idle_timeout, drain).await?)
+        {
             return Ok(());
         }
         let (request, payload) = match read_request(stream, settings, settings.io_timeout).await {
