@@ -9,6 +9,7 @@ mod capacity;
 mod cli_data;
 mod consistency;
 mod fork;
+mod origin_faults;
 mod protocol_abuse;
 mod reads;
 mod restart;

@@ -40,14 +40,13 @@ impl MetaCache {
     /// A fresh entry for `url`, if any.
     pub fn get(&self, url: &str) -> Option<ObjectMeta> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        match entries.get(url) {
-            Some((meta, at)) if at.elapsed() < self.ttl => Some(meta.clone()),
-            Some(_) => {
-                entries.pop(url);
-                None
-            }
-            None => None,
-        }
+        entries.get(url).filter(|(_, at)| at.elapsed() < self.ttl).map(|(meta, _)| meta.clone())
+    }
+
+    /// The last verified entry for `url`, however old: what a read may fall back on when the origin
+    /// cannot be reached to verify it again. Expired entries stay until the LRU bound evicts them.
+    pub fn get_stale(&self, url: &str) -> Option<ObjectMeta> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).peek(url).map(|(meta, _)| meta.clone())
     }
 
     pub fn put(&self, url: String, meta: ObjectMeta) {
@@ -138,6 +137,7 @@ mod tests {
         assert_eq!(cache.get("a"), Some(meta("1")));
         std::thread::sleep(Duration::from_millis(40));
         assert_eq!(cache.get("a"), None);
+        assert_eq!(cache.get_stale("a"), Some(meta("1")), "kept for when the origin is down");
         cache.put("a".into(), meta("1"));
         cache.put("b".into(), meta("2"));
         cache.put("c".into(), meta("3"));

@@ -62,6 +62,8 @@ pub struct Stats {
     pub corrupt_chunks: AtomicU64,
     pub evicted_chunks: AtomicU64,
     pub store_errors: AtomicU64,
+    /// Reads that went on with an expired version because the origin could not be reached.
+    pub stale_meta_served: AtomicU64,
 }
 
 /// Static facts about the slot.
@@ -147,6 +149,7 @@ impl Cache {
             }
         }
         let flight = xxhash_rust::xxh3::xxh3_128(key.as_bytes());
+        let stale_key = key.clone();
         let this = self.clone();
         let (meta, _) = self
             .heads
@@ -165,7 +168,20 @@ impl Cache {
                 || Err(WireError::new(ErrorCode::Internal, "the metadata request was abandoned")),
             )
             .await;
-        meta
+        match meta {
+            // The origin cannot be reached to verify the version: keep serving the last verified
+            // one (its cached chunks are whole and checked; its misses will fail on their own).
+            // Not for refusals (403) or absence (404), which the origin did answer.
+            Err(e) if e.code == ErrorCode::OriginError => match self.meta.get_stale(&stale_key) {
+                Some(stale) => {
+                    self.stats.stale_meta_served.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(url, error = %e.message, "origin unreachable: serving the last verified version");
+                    Ok(stale)
+                }
+                None => Err(e),
+            },
+            other => other,
+        }
     }
 
     /// Where this slot number of a fleet of this size keeps its metadata across graceful restarts.

@@ -109,7 +109,12 @@ impl RetryPolicy {
             }
             if !err.is_retryable() || attempt >= self.max_attempts {
                 if attempt > 1 && err.is_retryable() {
-                    return Err(OriginError::Failed(format!("{err} (gave up after {attempt} attempts)")));
+                    // The inner text, not `err` itself, so the message does not say "failed" twice.
+                    let what = match &err {
+                        OriginError::Failed(m) => m.clone(),
+                        other => other.to_string(),
+                    };
+                    return Err(OriginError::Failed(format!("{what} (gave up after {attempt} attempts)")));
                 }
                 return Err(err);
             }

@@ -1,0 +1,352 @@
+//! A fault-injecting origin for end-to-end tests: an HTTP relay on loopback in front of the real S3
+//! server (moto). Proxies reach the origin through it; a test queues faults, each of which hits the
+//! next request(s) that match it:
+//!
+//! - `Status(503)` / `Status(500)`: an S3 error reply (`SlowDown` / `InternalError`), not forwarded;
+//! - `Reset`: the connection is reset (RST) once the request has arrived;
+//! - `Truncate`: the reply keeps its `Content-Length` but the body stops half way;
+//! - `Stall`: the request is read, then nothing is sent back until the fault's time is up;
+//! - `WrongRange`: a ranged GET is forwarded for a range shifted by one byte;
+//! - `Replace(f)`: the request is served, then `f` overwrites the object on the server, so the next
+//!   ranged GET of the same read meets a new version.
+//!
+//! `set_down(true)` makes every connection reset at once (the origin is unreachable), and
+//! `allow_keys` makes the relay answer 403 `InvalidAccessKeyId` to a request signed with any other
+//! access key id (credential rotation). Each connection carries one request (`Connection: close`).
+// Shared by the end-to-end tests and the reliability campaign; each uses a part of it.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Clone)]
+pub enum Fault {
+    Status(u16),
+    Reset,
+    Truncate,
+    Stall(Duration),
+    WrongRange,
+    /// Runs after the request was served (the test overwrites the object on the server).
+    Replace(Arc<dyn Fn() + Send + Sync>),
+}
+
+impl std::fmt::Debug for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Fault {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Fault::Status(503) => "503 SlowDown",
+            Fault::Status(_) => "5xx",
+            Fault::Reset => "reset",
+            Fault::Truncate => "truncated body",
+            Fault::Stall(_) => "stall",
+            Fault::WrongRange => "wrong range",
+            Fault::Replace(_) => "replaced mid-read",
+        }
+    }
+}
+
+/// Which requests a fault hits: a method (`GET`, `HEAD`), ranged GETs only, a path substring.
+#[derive(Debug, Clone, Default)]
+pub struct Match {
+    pub method: Option<&'static str>,
+    pub ranged: bool,
+    pub path_contains: Option<String>,
+}
+
+impl Match {
+    pub fn any() -> Match {
+        Match::default()
+    }
+
+    pub fn ranged_get(path_contains: &str) -> Match {
+        Match { method: Some("GET"), ranged: true, path_contains: Some(path_contains.to_string()) }
+    }
+
+    fn hits(&self, req: &Request) -> bool {
+        self.method.is_none_or(|m| m == req.method)
+            && (!self.ranged || req.header("range").is_some())
+            && self.path_contains.as_deref().is_none_or(|p| req.path.contains(p))
+    }
+}
+
+struct Rule {
+    when: Match,
+    fault: Fault,
+    left: u32,
+}
+
+#[derive(Default)]
+struct State {
+    rules: Mutex<Vec<Rule>>,
+    allowed_keys: Mutex<Option<Vec<String>>>,
+    down: AtomicBool,
+    stop: AtomicBool,
+    requests: AtomicU64,
+    injected: AtomicU64,
+    refused_keys: AtomicU64,
+}
+
+pub struct FaultRelay {
+    pub endpoint: String,
+    upstream: String,
+    state: Arc<State>,
+}
+
+impl FaultRelay {
+    /// A relay to `upstream` (`http://host:port`), serving until it is dropped.
+    pub fn start(upstream: &str) -> FaultRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("relay listener");
+        let endpoint = format!("http://{}", listener.local_addr().expect("relay address"));
+        let state = Arc::new(State::default());
+        let upstream = upstream.trim_start_matches("http://").trim_end_matches('/').to_string();
+        let (st, up) = (state.clone(), upstream.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.stop.load(Ordering::SeqCst) {
+                    return;
+                }
+                let Ok(conn) = conn else { continue };
+                let (st, up) = (st.clone(), up.clone());
+                std::thread::spawn(move || serve(conn, &up, &st));
+            }
+        });
+        FaultRelay { endpoint, upstream, state }
+    }
+
+    /// Queues `fault` for the next `times` requests that match `when`.
+    pub fn inject(&self, when: Match, fault: Fault, times: u32) {
+        self.state.rules.lock().unwrap().push(Rule { when, fault, left: times });
+    }
+
+    /// Faults queued but not yet injected.
+    pub fn pending(&self) -> u32 {
+        self.state.rules.lock().unwrap().iter().map(|r| r.left).sum()
+    }
+
+    pub fn clear(&self) {
+        self.state.rules.lock().unwrap().clear();
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+    }
+
+    /// Only requests signed with one of `keys` are forwarded (`None`: any).
+    pub fn allow_keys(&self, keys: Option<Vec<String>>) {
+        *self.state.allowed_keys.lock().unwrap() = keys;
+    }
+
+    pub fn requests(&self) -> u64 {
+        self.state.requests.load(Ordering::SeqCst)
+    }
+
+    pub fn injected(&self) -> u64 {
+        self.state.injected.load(Ordering::SeqCst)
+    }
+
+    pub fn refused_keys(&self) -> u64 {
+        self.state.refused_keys.load(Ordering::SeqCst)
+    }
+
+    /// Environment for proxies to reach the origin through this relay.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let mut env = super::moto().env();
+        for (k, v) in env.iter_mut() {
+            if k == "AWS_ENDPOINT_URL" {
+                *v = self.endpoint.clone();
+            }
+        }
+        env
+    }
+
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+}
+
+impl Drop for FaultRelay {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.endpoint.trim_start_matches("http://"));
+    }
+}
+
+struct Request {
+    method: String,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Request {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn access_key(&self) -> Option<&str> {
+        let auth = self.header("authorization")?;
+        let cred = auth.split("Credential=").nth(1)?;
+        cred.split('/').next()
+    }
+
+    /// The request as sent upstream: one request per connection, and `range` instead of its own.
+    fn encode(&self, range: Option<&str>) -> Vec<u8> {
+        let mut out = format!("{} {} HTTP/1.1\r\n", self.method, self.path).into_bytes();
+        for (k, v) in &self.headers {
+            if k.eq_ignore_ascii_case("connection") || (range.is_some() && k.eq_ignore_ascii_case("range")) {
+                continue;
+            }
+            out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+        }
+        if let Some(r) = range {
+            out.extend_from_slice(format!("range: {r}\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"connection: close\r\n\r\n");
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+fn read_request(conn: &mut TcpStream) -> Option<Request> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 << 10];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = conn.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let mut first = lines.next()?.split(' ');
+    let (method, path) = (first.next()?.to_string(), first.next()?.to_string());
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut req = Request { method, path, headers, body: buf[head_end..].to_vec() };
+    let len: usize = req.header("content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+    while req.body.len() < len {
+        let n = conn.read(&mut chunk).ok()?;
+        if n == 0 {
+            return None;
+        }
+        req.body.extend_from_slice(&chunk[..n]);
+    }
+    Some(req)
+}
+
+/// Sends `raw` to the upstream server and returns its whole reply (it closes after one request).
+fn forward(upstream: &str, raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut up = TcpStream::connect(upstream)?;
+    up.set_read_timeout(Some(Duration::from_secs(60)))?;
+    up.write_all(raw)?;
+    let mut reply = Vec::new();
+    up.read_to_end(&mut reply)?;
+    Ok(reply)
+}
+
+fn reset(conn: TcpStream) {
+    let _ = nix::sys::socket::setsockopt(
+        &conn,
+        nix::sys::socket::sockopt::Linger,
+        &libc::linger { l_onoff: 1, l_linger: 0 },
+    );
+    drop(conn);
+}
+
+fn s3_error(conn: &mut TcpStream, status: u16, code: &str) {
+    let reason = match status {
+        403 => "Forbidden",
+        500 => "Internal Server Error",
+        503 => "Slow Down",
+        _ => "Error",
+    };
+    let body = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>{code}</Code><Message>injected by the fault relay</Message></Error>");
+    let reply = format!(
+        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/xml\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = conn.write_all(reply.as_bytes());
+}
+
+/// `bytes=a-b` shifted by one byte (down, or up from 0).
+fn shifted(range: &str) -> Option<String> {
+    let (a, b) = range.strip_prefix("bytes=")?.split_once('-')?;
+    let (a, b): (u64, u64) = (a.parse().ok()?, b.parse().ok()?);
+    Some(if a > 0 { format!("bytes={}-{}", a - 1, b - 1) } else { format!("bytes={}-{}", a + 1, b + 1) })
+}
+
+fn take_fault(st: &State, req: &Request) -> Option<Fault> {
+    let mut rules = st.rules.lock().unwrap();
+    let rule = rules.iter_mut().find(|r| r.left > 0 && r.when.hits(req))?;
+    rule.left -= 1;
+    let fault = rule.fault.clone();
+    rules.retain(|r| r.left > 0);
+    st.injected.fetch_add(1, Ordering::SeqCst);
+    Some(fault)
+}
+
+fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
+    if st.down.load(Ordering::SeqCst) {
+        return reset(conn);
+    }
+    let Some(req) = read_request(&mut conn) else { return };
+    st.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(keys) = st.allowed_keys.lock().unwrap().as_ref() {
+        if !req.access_key().is_some_and(|k| keys.iter().any(|a| a == k)) {
+            st.refused_keys.fetch_add(1, Ordering::SeqCst);
+            return s3_error(&mut conn, 403, "InvalidAccessKeyId");
+        }
+    }
+    let fault = take_fault(st, &req);
+    let range = match (&fault, req.header("range")) {
+        (Some(Fault::WrongRange), Some(r)) => shifted(r),
+        _ => None,
+    };
+    match &fault {
+        Some(Fault::Status(code)) => {
+            return s3_error(&mut conn, *code, if *code == 503 { "SlowDown" } else { "InternalError" })
+        }
+        Some(Fault::Reset) => return reset(conn),
+        Some(Fault::Stall(d)) => {
+            let until = std::time::Instant::now() + *d;
+            while std::time::Instant::now() < until && !st.stop.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            return reset(conn);
+        }
+        _ => {}
+    }
+    let Ok(reply) = forward(upstream, &req.encode(range.as_deref())) else { return reset(conn) };
+    match &fault {
+        Some(Fault::Truncate) => {
+            let head = reply.windows(4).position(|w| w == b"\r\n\r\n").map_or(reply.len(), |i| i + 4);
+            let cut = head + (reply.len() - head) / 2;
+            let _ = conn.write_all(&reply[..cut]);
+            let _ = conn.flush();
+            reset(conn);
+        }
+        Some(Fault::Replace(replace)) => {
+            let _ = conn.write_all(&reply);
+            let _ = conn.shutdown(Shutdown::Write);
+            replace();
+        }
+        _ => {
+            let _ = conn.write_all(&reply);
+        }
+    }
+}
