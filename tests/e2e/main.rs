@@ -8,6 +8,7 @@ mod cache_hits;
 mod capacity;
 mod cli_data;
 mod consistency;
+mod engine_fallback;
 mod fork;
 mod origin_faults;
 mod protocol_abuse;

@@ -25,19 +25,25 @@ pub fn memarts_bin() -> PathBuf {
 impl Fleet {
     /// A fleet of `n` slots reaching the shared moto server, with `env` on top.
     pub fn start(n: u32, env: &[(&str, &str)]) -> Fleet {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let fleet = Fleet {
-            run_dir: dir.path().join("run"),
-            cache_dir: dir.path().join("cache"),
-            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            dir,
-        };
+        let fleet = Fleet::new(env);
         fleet.start_proxy(n);
         fleet
     }
 
-    /// Runs a `memarts` subcommand with this fleet's dirs and environment.
-    pub fn memarts(&self, args: &[&str]) -> Output {
+    /// Private dirs and environment for a fleet, with no proxy started yet (for tests that start it
+    /// their own way, through [`Fleet::command`]).
+    pub fn new(env: &[(&str, &str)]) -> Fleet {
+        let dir = tempfile::tempdir().expect("tempdir");
+        Fleet {
+            run_dir: dir.path().join("run"),
+            cache_dir: dir.path().join("cache"),
+            extra_env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            dir,
+        }
+    }
+
+    /// A `memarts` subcommand with this fleet's dirs and environment, not yet run.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(memarts_bin());
         cmd.args(args)
             .env("MEMARTS_RUN_DIR", &self.run_dir)
@@ -45,7 +51,12 @@ impl Fleet {
             .env("MEMARTS_LOG", "info,memarts_proxy=debug")
             .envs(moto().env())
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-        cmd.output().expect("run memarts")
+        cmd
+    }
+
+    /// Runs a `memarts` subcommand with this fleet's dirs and environment.
+    pub fn memarts(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run memarts")
     }
 
     pub fn start_proxy(&self, n: u32) {
