@@ -21,7 +21,7 @@ pub fn access(common: &Common) -> Result<Access> {
         return Ok(Access::Fleet(Client::new(shim)?));
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    Ok(Access::Direct(Box::new((Origin::from_env(cfg.origin), rt))))
+    Ok(Access::Direct(Box::new((Origin::from_env(cfg.origin)?, rt))))
 }
 
 fn parse(url: &str) -> Result<ObjectUrl> {

@@ -2,8 +2,10 @@
 //!
 //! The `memarts` CLI resolves it (flag > environment > config file > default), writes it to
 //! `<run dir>/fleet.json`, and every proxy of the fleet reads that file. Credentials are never part of
-//! it: proxies take them from the standard `AWS_*` environment they inherit. Library code receives
-//! this typed struct and never reads argv or the environment itself, except through [`FleetConfig::apply_env`].
+//! it: it may name a credentials file (`origin.credentials_file`), which each proxy reads and re-reads
+//! itself; otherwise proxies take them from the standard `AWS_*` environment they inherit. Library
+//! code receives this typed struct and never reads argv or the environment itself, except through
+//! [`FleetConfig::apply_env`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -81,6 +83,10 @@ pub struct OriginConfig {
     pub max_attempts: u32,
     pub backoff_base_ms: u64,
     pub backoff_max_ms: u64,
+    /// A JSON credentials file in the OSS connector's format (`AccessKeyId`, `AccessKeySecret`,
+    /// optional `SecurityToken` and `Expiration`), re-read when it changes or its credential is about
+    /// to expire (`MEMARTS_CREDENTIALS_FILE`). Takes precedence over the `AWS_*` credentials.
+    pub credentials_file: Option<PathBuf>,
 }
 
 impl Default for OriginConfig {
@@ -96,6 +102,7 @@ impl Default for OriginConfig {
             max_attempts: 6,
             backoff_base_ms: 100,
             backoff_max_ms: 5_000,
+            credentials_file: None,
         }
     }
 }
@@ -171,6 +178,9 @@ impl FleetConfig {
         if let Some(v) = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION")).filter(|v| !v.is_empty()) {
             self.origin.region = Some(v);
         }
+        if let Some(v) = get("MEMARTS_CREDENTIALS_FILE").filter(|v| !v.is_empty()) {
+            self.origin.credentials_file = Some(v.into());
+        }
         if let Some(v) = get("AWS_ALLOW_HTTP").filter(|v| !v.is_empty()) {
             self.origin.allow_http = parse_bool(&v).map_err(|e| format!("AWS_ALLOW_HTTP: {e}"))?;
         }
@@ -217,6 +227,9 @@ impl FleetConfig {
         }
         if self.origin.min_throughput == 0 {
             return Err("origin.min_throughput must be at least 1 byte/s".into());
+        }
+        if self.origin.credentials_file.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
+            return Err("origin.credentials_file must be a path, got an empty string".into());
         }
         Ok(())
     }
@@ -293,6 +306,7 @@ mod tests {
             ("AWS_ENDPOINT_URL", "http://127.0.0.1:9000"),
             ("AWS_ALLOW_HTTP", "true"),
             ("MEMARTS_IO_ENGINE", "pread"),
+            ("MEMARTS_CREDENTIALS_FILE", "/etc/memarts/credentials.json"),
         ]
         .into();
         let mut cfg = FleetConfig::default();
@@ -302,6 +316,7 @@ mod tests {
         assert!(cfg.origin.allow_http);
         assert_eq!(cfg.origin.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(cfg.engine_kind().unwrap(), EngineKind::Pread);
+        assert_eq!(cfg.origin.credentials_file, Some(PathBuf::from("/etc/memarts/credentials.json")));
         cfg.validate().unwrap();
         let err = FleetConfig::default()
             .apply_env(|k| (k == "MEMARTS_IO_ENGINE").then(|| "mmap".to_string()))
@@ -326,7 +341,8 @@ mod tests {
 
     #[test]
     fn round_trips_through_json() {
-        let cfg = FleetConfig { slots: 4, capacity: Some(1 << 30), ..FleetConfig::default() };
+        let mut cfg = FleetConfig { slots: 4, capacity: Some(1 << 30), ..FleetConfig::default() };
+        cfg.origin.credentials_file = Some("/run/secrets/oss.json".into());
         let back: FleetConfig = serde_json::from_str(&serde_json::to_string(&cfg).unwrap()).unwrap();
         assert_eq!(back, cfg);
     }

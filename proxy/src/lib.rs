@@ -39,9 +39,11 @@ use crate::server::ConnSettings;
 const META_CACHE_ENTRIES: usize = 1 << 20;
 
 /// Builds the cache of `slot` from the fleet config: I/O engine, chunk store, origin (credentials from
-/// the environment). Returns the cache and a warning to surface (e.g. the io_uring fallback reason).
+/// the credentials file or the environment). Returns the cache and a warning to surface (e.g. the
+/// io_uring fallback reason).
 pub fn build_cache(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Cache>, Option<String>), String> {
-    build_cache_with(cfg, slot, Origin::from_env(cfg.origin.clone()))
+    let origin = Origin::from_env(cfg.origin.clone()).map_err(|e| e.to_string())?;
+    build_cache_with(cfg, slot, origin)
 }
 
 /// [`build_cache`] with a given origin (tests inject `InMemory` or fault-injecting stores).

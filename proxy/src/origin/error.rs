@@ -2,6 +2,8 @@
 
 use memarts_protocol::{ErrorCode, WireError};
 
+use super::credentials::CredentialsError;
+
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
     #[error("not found at the origin: {0}")]
@@ -20,6 +22,16 @@ pub enum OriginError {
     /// 5xx, reset, timeout and the like.
     #[error("origin request failed: {0}")]
     Failed(String),
+    /// No valid credential to sign with (the credentials file is unreadable, invalid or expired);
+    /// not retried: the file is looked at again by the next request.
+    #[error("no valid S3 credentials: {0}")]
+    Credentials(String),
+}
+
+impl From<CredentialsError> for OriginError {
+    fn from(e: CredentialsError) -> OriginError {
+        OriginError::Credentials(e.to_string())
+    }
 }
 
 impl OriginError {
@@ -38,6 +50,10 @@ impl OriginError {
             }
             E::InvalidPath { source } => OriginError::BadRequest(source.to_string()),
             E::NotSupported { source } => OriginError::BadRequest(source.to_string()),
+            E::Generic { store, source } => match source.downcast::<CredentialsError>() {
+                Ok(e) => OriginError::from(*e),
+                Err(source) => OriginError::Failed(E::Generic { store, source }.to_string()),
+            },
             other => OriginError::Failed(other.to_string()),
         }
     }
@@ -48,7 +64,7 @@ impl From<OriginError> for WireError {
         let code = match &e {
             OriginError::NotFound(_) => ErrorCode::NotFound,
             OriginError::Stale(_) => ErrorCode::Stale,
-            OriginError::PermissionDenied(_) => ErrorCode::PermissionDenied,
+            OriginError::PermissionDenied(_) | OriginError::Credentials(_) => ErrorCode::PermissionDenied,
             OriginError::BadRequest(_) => ErrorCode::BadRequest,
             OriginError::Malformed(_) | OriginError::Failed(_) => ErrorCode::OriginError,
         };

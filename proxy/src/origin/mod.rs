@@ -3,10 +3,12 @@
 //! `If-Match` on every ranged GET, a check that exactly the requested bytes came back, deadlines sized
 //! for the request and retries (see [`retry`]).
 //!
-//! Credentials come from the standard `AWS_*` environment (one explicit `from_env()`), never from a
-//! client. Without an access key the client signs nothing, rather than probing a cloud metadata
-//! service that does not exist on a training node.
+//! Credentials come from a credentials file that is re-read when it changes or expires
+//! (`credentials_file` in the config, see [`credentials`]), else from the standard `AWS_*`
+//! environment (one explicit `from_env()`), never from a client. Without either the client signs
+//! nothing, rather than probing a cloud metadata service that does not exist on a training node.
 
+pub mod credentials;
 mod error;
 pub mod retry;
 
@@ -24,13 +26,15 @@ use bytes::Bytes;
 use dashmap::DashMap;
 use futures::TryStreamExt;
 use memarts_protocol::{ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, OriginKind};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{
-    ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, RetryConfig, WriteMultipart,
+    ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, RetryConfig, StaticCredentialProvider,
+    WriteMultipart,
 };
 
+pub use credentials::FileCredentialProvider;
 pub use error::OriginError;
 use retry::{Label, RetryPolicy};
 
@@ -50,40 +54,55 @@ pub struct Origin {
     policy: RetryPolicy,
     buckets: DashMap<String, Arc<dyn ObjectStore>>,
     local: Arc<dyn ObjectStore>,
-    /// S3 credentials taken from the environment at start; `None` means unsigned requests.
-    credentials: Option<S3Credentials>,
+    /// Signs every S3 request (each bucket's client asks it per request, so a provider that re-reads
+    /// its file rotates credentials without a restart); `None` means unsigned requests.
+    credentials: Option<AwsCredentialProvider>,
     pub stats: OriginStats,
 }
 
-#[derive(Clone)]
-struct S3Credentials {
-    key_id: String,
-    secret: String,
-    token: Option<String>,
-}
-
 impl Origin {
-    /// Builds the origin, reading S3 credentials from `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and
-    /// `AWS_SESSION_TOKEN`.
-    pub fn from_env(cfg: OriginConfig) -> Origin {
+    /// Builds the origin. S3 credentials come from `cfg.credentials_file` when it is set (read now:
+    /// a missing or invalid file is an error naming it), else from `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`.
+    pub fn from_env(cfg: OriginConfig) -> Result<Origin, OriginError> {
+        if let Some(path) = &cfg.credentials_file {
+            let provider = FileCredentialProvider::open(path).map_err(OriginError::from)?;
+            tracing::info!(
+                "S3 credentials from the credentials file {}, {}",
+                path.display(),
+                credentials::describe_expiry(provider.expires())
+            );
+            return Ok(Self::with_credential_provider(cfg, Arc::new(provider)));
+        }
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let credentials = match (var("AWS_ACCESS_KEY_ID"), var("AWS_SECRET_ACCESS_KEY")) {
-            (Some(key_id), Some(secret)) => {
-                Some(S3Credentials { key_id, secret, token: var("AWS_SESSION_TOKEN") })
-            }
+            (Some(key_id), Some(secret)) => Some((key_id, secret, var("AWS_SESSION_TOKEN"))),
             _ => None,
         };
-        Self::new(cfg, credentials.map(|c| (c.key_id, c.secret, c.token)))
+        Ok(Self::new(cfg, credentials))
     }
 
     /// Builds the origin with explicit credentials (`key id, secret, session token`).
     pub fn new(cfg: OriginConfig, credentials: Option<(String, String, Option<String>)>) -> Origin {
+        let provider = credentials.map(|(key_id, secret_key, token)| {
+            let credential = AwsCredential { key_id, secret_key, token };
+            Arc::new(StaticCredentialProvider::new(credential)) as AwsCredentialProvider
+        });
+        Self::build(cfg, provider)
+    }
+
+    /// Builds the origin with S3 requests signed by `provider`, e.g. a [`FileCredentialProvider`].
+    pub fn with_credential_provider(cfg: OriginConfig, provider: AwsCredentialProvider) -> Origin {
+        Self::build(cfg, Some(provider))
+    }
+
+    fn build(cfg: OriginConfig, credentials: Option<AwsCredentialProvider>) -> Origin {
         Origin {
             policy: RetryPolicy::from_config(&cfg),
             cfg,
             buckets: DashMap::new(),
             local: Arc::new(LocalFileSystem::new()),
-            credentials: credentials.map(|(key_id, secret, token)| S3Credentials { key_id, secret, token }),
+            credentials,
             stats: OriginStats::default(),
         }
     }
@@ -135,12 +154,7 @@ impl Origin {
             b = b.with_endpoint(endpoint);
         }
         match &self.credentials {
-            Some(c) => {
-                b = b.with_access_key_id(&c.key_id).with_secret_access_key(&c.secret);
-                if let Some(t) = &c.token {
-                    b = b.with_token(t);
-                }
-            }
+            Some(provider) => b = b.with_credentials(provider.clone()),
             None => b = b.with_skip_signature(true),
         }
         let store = b

@@ -1,0 +1,694 @@
+//! S3 credentials from a file that something else keeps fresh (promise O2): the format of the OSS
+//! connector, `{"AccessKeyId", "AccessKeySecret", "SecurityToken"?, "Expiration"?}`, where a
+//! credential without `Expiration` never expires.
+//!
+//! A refresher (an STS sidecar, a mounted secret) rewrites the file; a slot must pick the new
+//! credential up without a restart. So the provider keeps the last good credential and goes back to
+//! the file when it has changed (stat at most once per [`RECHECK_INTERVAL`]) or when the credential
+//! is about to expire ([`REFRESH_MARGIN`], or half of its remaining lifetime when that is shorter, so
+//! short-lived test credentials are refreshed too). A re-read that fails — the file gone, half
+//! written, a bad field — keeps the last good credential while it is valid (warning once per distinct
+//! reason); once it has expired, requests fail with an error naming the file and why.
+//!
+//! Nothing here ever formats the secret or the token (promise S4): errors name the file and the
+//! field, never a value, and the `Debug` output shows the path and the expiration only.
+
+use std::fmt;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use object_store::aws::AwsCredential;
+use object_store::CredentialProvider;
+use serde_json::Value;
+
+/// How often, at most, a slot looks at the file for a change.
+pub const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How long before its expiration a credential is re-read (at most half its remaining lifetime).
+pub const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+/// A credentials file is a few hundred bytes; anything this large is something else.
+const MAX_FILE_BYTES: u64 = 64 << 10;
+
+/// The file and what is wrong with it. Its text never contains a value from the file.
+#[derive(Debug, thiserror::Error)]
+#[error("credentials file {}: {problem}", path.display())]
+pub struct CredentialsError {
+    pub path: PathBuf,
+    pub problem: Problem,
+}
+
+/// What is wrong with a credentials file.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Problem {
+    #[error("cannot read it: {0}")]
+    Unreadable(std::io::Error),
+    #[error("it is larger than {MAX_FILE_BYTES} bytes, not a credentials file")]
+    TooLarge,
+    /// serde_json's syntax errors give a position, never the text around it.
+    #[error("it is not valid JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("it is not a JSON object")]
+    NotAnObject,
+    #[error("{0} is missing")]
+    Missing(&'static str),
+    #[error("{field} must be {expected}")]
+    BadField { field: &'static str, expected: &'static str },
+    #[error("Expiration is not an RFC 3339 time such as 2024-08-20T00:00:00Z: {0}")]
+    BadExpiration(chrono::ParseError),
+    /// A re-read found a credential that has expired already.
+    #[error("it holds a credential that expired at {}", fmt_time(*.0))]
+    HoldsExpired(SystemTime),
+    #[error("the credential expired at {}{}", fmt_time(*at), because(reason))]
+    Expired { at: SystemTime, reason: Option<String> },
+}
+
+fn fmt_time(t: SystemTime) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(t)
+}
+
+fn because(reason: &Option<String>) -> String {
+    reason.as_ref().map(|r| format!(", and no newer one could be read: {r}")).unwrap_or_default()
+}
+
+/// The wall clock; tests move it.
+type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// An `object_store` credential provider backed by a credentials file; give it to
+/// [`Origin::with_credential_provider`](super::Origin::with_credential_provider) or to
+/// `AmazonS3Builder::with_credentials`.
+pub struct FileCredentialProvider {
+    path: PathBuf,
+    recheck: Duration,
+    clock: Clock,
+    /// What requests use; locked only briefly, never across an await.
+    state: Mutex<State>,
+    /// One look at the file at a time; the others wait for its outcome.
+    refresh: tokio::sync::Mutex<Refresh>,
+}
+
+/// A parsed credentials file.
+#[derive(Clone, PartialEq, Eq)]
+struct Loaded {
+    credential: Arc<AwsCredential>,
+    expires: Option<SystemTime>,
+}
+
+struct State {
+    current: Loaded,
+    /// When to re-read the file even if it has not changed.
+    refresh_at: Option<SystemTime>,
+    /// Until then requests use `current` without looking at the file.
+    next_check: Instant,
+    /// Why the file could not be re-read, while that lasts.
+    failure: Option<String>,
+}
+
+struct Refresh {
+    /// The file as it was when `current` was read from it.
+    stamp: Stamp,
+    /// The failure last logged, so that each distinct one is logged once.
+    warned: Option<String>,
+}
+
+/// What tells a rewritten file from the one read before: an atomic rename changes the inode, an
+/// in-place rewrite the ctime (which, unlike the mtime, cannot be set back) and usually the length.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
+
+impl FileCredentialProvider {
+    /// Reads `path` now. A file that is missing, invalid or holds an expired credential is an error:
+    /// a slot that would sign every request with it should not start.
+    pub fn open(path: impl Into<PathBuf>) -> Result<FileCredentialProvider, CredentialsError> {
+        Self::open_with_clock(path.into(), Arc::new(SystemTime::now))
+    }
+
+    fn open_with_clock(path: PathBuf, clock: Clock) -> Result<FileCredentialProvider, CredentialsError> {
+        let fail = |problem| CredentialsError { path: path.clone(), problem };
+        let (stamp, bytes) = read_file(&path).map_err(fail)?;
+        let loaded = parse(&bytes).map_err(fail)?;
+        let now = clock();
+        if let Some(at) = loaded.expires.filter(|at| now >= *at) {
+            return Err(fail(Problem::Expired { at, reason: None }));
+        }
+        let state = State {
+            refresh_at: refresh_at(&loaded, now),
+            current: loaded,
+            next_check: Instant::now() + RECHECK_INTERVAL,
+            failure: None,
+        };
+        Ok(FileCredentialProvider {
+            path,
+            recheck: RECHECK_INTERVAL,
+            clock,
+            state: Mutex::new(state),
+            refresh: tokio::sync::Mutex::new(Refresh { stamp, warned: None }),
+        })
+    }
+
+    /// Looks at the file at most once per `interval` instead of [`RECHECK_INTERVAL`] (tests).
+    pub fn with_recheck_interval(mut self, interval: Duration) -> FileCredentialProvider {
+        self.recheck = interval;
+        self.lock_state().next_check = Instant::now() + interval;
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// When the credential in use expires; `None`: never.
+    pub fn expires(&self) -> Option<SystemTime> {
+        self.lock_state().current.expires
+    }
+
+    /// The credential to sign the next request with, re-reading the file when it is due.
+    pub async fn credential(&self) -> Result<Arc<AwsCredential>, CredentialsError> {
+        if let Some(answer) = self.answer_if_checked() {
+            return answer;
+        }
+        let mut refresh = self.refresh.lock().await;
+        // Whoever held the lock before us may just have looked.
+        if let Some(answer) = self.answer_if_checked() {
+            return answer;
+        }
+        let now = (self.clock)();
+        let due = self.lock_state().refresh_at.is_some_and(|at| now >= at);
+        let (path, known) = (self.path.clone(), refresh.stamp);
+        let outcome = tokio::task::spawn_blocking(move || reread(&path, known, due))
+            .await
+            .unwrap_or_else(|e| Err(Problem::Unreadable(std::io::Error::other(e.to_string()))));
+        self.settle(&mut refresh, outcome, now)
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The answer from what we know, if the file was looked at recently enough.
+    fn answer_if_checked(&self) -> Option<Result<Arc<AwsCredential>, CredentialsError>> {
+        let state = self.lock_state();
+        (Instant::now() < state.next_check).then(|| self.answer(&state, (self.clock)()))
+    }
+
+    fn answer(&self, state: &State, now: SystemTime) -> Result<Arc<AwsCredential>, CredentialsError> {
+        match state.current.expires {
+            Some(at) if now >= at => Err(CredentialsError {
+                path: self.path.clone(),
+                problem: Problem::Expired { at, reason: state.failure.clone() },
+            }),
+            _ => Ok(state.current.credential.clone()),
+        }
+    }
+
+    /// Takes in what a look at the file found (`Ok(None)`: nothing new) and answers.
+    fn settle(
+        &self,
+        refresh: &mut Refresh,
+        outcome: Result<Option<(Stamp, Loaded)>, Problem>,
+        now: SystemTime,
+    ) -> Result<Arc<AwsCredential>, CredentialsError> {
+        let mut state = self.lock_state();
+        state.next_check = Instant::now() + self.recheck;
+        let problem = match outcome {
+            Ok(None) => None,
+            Ok(Some((stamp, loaded))) => match loaded.expires {
+                Some(at) if now >= at => Some(Problem::HoldsExpired(at)),
+                _ => {
+                    refresh.stamp = stamp;
+                    if loaded != state.current {
+                        tracing::info!(
+                            "credentials file {}: read a new credential, {}",
+                            self.path.display(),
+                            describe_expiry(loaded.expires)
+                        );
+                        state.refresh_at = refresh_at(&loaded, now);
+                        state.current = loaded;
+                    }
+                    None
+                }
+            },
+            Err(problem) => Some(problem),
+        };
+        match problem {
+            None => {
+                state.failure = None;
+                refresh.warned = None;
+            }
+            Some(problem) => {
+                let reason = problem.to_string();
+                let valid = state.current.expires.is_none_or(|at| now < at);
+                if valid && refresh.warned.as_deref() != Some(reason.as_str()) {
+                    tracing::warn!(
+                        "credentials file {}: {reason}; still using the credential read before, {}",
+                        self.path.display(),
+                        describe_expiry(state.current.expires)
+                    );
+                    refresh.warned = Some(reason.clone());
+                }
+                state.failure = Some(reason);
+            }
+        }
+        self.answer(&state, now)
+    }
+}
+
+/// `expiring at ...` or `which never expires`, for logs.
+pub fn describe_expiry(expires: Option<SystemTime>) -> String {
+    match expires {
+        Some(at) => format!("expiring at {}", fmt_time(at)),
+        None => "which never expires".into(),
+    }
+}
+
+/// Re-read a credential this long before it expires: [`REFRESH_MARGIN`], or half of what is left of
+/// its lifetime when that is shorter.
+fn refresh_at(loaded: &Loaded, now: SystemTime) -> Option<SystemTime> {
+    let at = loaded.expires?;
+    let left = at.duration_since(now).unwrap_or_default();
+    Some(at - REFRESH_MARGIN.min(left / 2))
+}
+
+/// The file's credential if it changed since `known` or if `due`; `Ok(None)` otherwise. Blocking.
+fn reread(path: &Path, known: Stamp, due: bool) -> Result<Option<(Stamp, Loaded)>, Problem> {
+    let now = Stamp::of(&std::fs::metadata(path).map_err(Problem::Unreadable)?);
+    if now == known && !due {
+        return Ok(None);
+    }
+    let (stamp, bytes) = read_file(path)?;
+    Ok(Some((stamp, parse(&bytes)?)))
+}
+
+/// The file's bytes and the stamp of what was read (taken from the open file, not the path).
+fn read_file(path: &Path) -> Result<(Stamp, Vec<u8>), Problem> {
+    let file = std::fs::File::open(path).map_err(Problem::Unreadable)?;
+    let stamp = Stamp::of(&file.metadata().map_err(Problem::Unreadable)?);
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(Problem::Unreadable)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(Problem::TooLarge);
+    }
+    Ok((stamp, bytes))
+}
+
+/// Parses a credentials file. Goes through `serde_json::Value` rather than a derived struct: serde's
+/// type errors quote the offending value, which could be the secret.
+fn parse(bytes: &[u8]) -> Result<Loaded, Problem> {
+    let value: Value = serde_json::from_slice(bytes).map_err(Problem::NotJson)?;
+    let fields = value.as_object().ok_or(Problem::NotAnObject)?;
+    let optional = |field: &'static str| match fields.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.trim().to_string()).filter(|s| !s.is_empty())),
+        Some(_) => Err(Problem::BadField { field, expected: "a string" }),
+    };
+    let required = |field: &'static str| match optional(field) {
+        Ok(Some(s)) => Ok(s),
+        Ok(None) if matches!(fields.get(field), Some(Value::String(_))) => {
+            Err(Problem::BadField { field, expected: "a non-empty string" })
+        }
+        Ok(None) => Err(Problem::Missing(field)),
+        Err(_) => Err(Problem::BadField { field, expected: "a non-empty string" }),
+    };
+    let key_id = required("AccessKeyId")?;
+    let secret_key = required("AccessKeySecret")?;
+    let token = optional("SecurityToken")?;
+    let expires = match optional("Expiration")? {
+        // As in the OSS connector: no Expiration, or an empty one, never expires.
+        None => None,
+        Some(text) => {
+            // humantime reads only UTC (`Z`, `+00:00`); files written by hand carry local offsets.
+            let at = chrono::DateTime::parse_from_rfc3339(&text).map_err(Problem::BadExpiration)?;
+            Some(SystemTime::from(at))
+        }
+    };
+    Ok(Loaded { credential: Arc::new(AwsCredential { key_id, secret_key, token }), expires })
+}
+
+impl fmt::Debug for FileCredentialProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let expires = self.expires().map(|at| fmt_time(at).to_string());
+        f.debug_struct("FileCredentialProvider")
+            .field("path", &self.path)
+            .field("expires", &expires)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialProvider for FileCredentialProvider {
+    type Credential = AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
+        self.credential().await.map_err(|e| object_store::Error::Generic { store: "S3", source: Box::new(e) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::config::OriginConfig;
+    use crate::origin::{Origin, OriginError};
+
+    const SECRET: &str = "SECRET-d41d8cd98f00b204";
+    const TOKEN: &str = "TOKEN-e9800998ecf8427e";
+
+    fn at(text: &str) -> SystemTime {
+        humantime::parse_rfc3339(text).unwrap()
+    }
+
+    /// A credentials file's text; `n` tells credentials apart.
+    fn file_text(n: u32, expiration: Option<&str>) -> String {
+        let expiration = expiration.map(|e| format!(r#", "Expiration": "{e}""#)).unwrap_or_default();
+        let (key, secret, token) = (format!("KEY-{n}"), format!("{SECRET}-{n}"), format!("{TOKEN}-{n}"));
+        let fields =
+            format!(r#""AccessKeyId": "{key}", "AccessKeySecret": "{secret}", "SecurityToken": "{token}""#);
+        format!("{{{fields}{expiration}}}")
+    }
+
+    /// Replaces the file the way refreshers do (temp file, then rename).
+    fn write(path: &Path, text: &str) {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, path).unwrap();
+    }
+
+    /// A wall clock the test moves, in seconds since the epoch.
+    fn clock(start: &str) -> (Clock, Arc<AtomicU64>) {
+        let secs =
+            Arc::new(AtomicU64::new(at(start).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs()));
+        let read = secs.clone();
+        let clock: Clock =
+            Arc::new(move || SystemTime::UNIX_EPOCH + Duration::from_secs(read.load(Ordering::SeqCst)));
+        (clock, secs)
+    }
+
+    fn set(secs: &AtomicU64, time: &str) {
+        secs.store(at(time).duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(), Ordering::SeqCst);
+    }
+
+    /// A provider on a file holding credential `n`, that looks at the file on every request.
+    fn provider(dir: &tempfile::TempDir, text: &str, clock: Clock) -> FileCredentialProvider {
+        let path = dir.path().join("credentials.json");
+        write(&path, text);
+        FileCredentialProvider::open_with_clock(path, clock).unwrap().with_recheck_interval(Duration::ZERO)
+    }
+
+    async fn key_of(p: &FileCredentialProvider) -> String {
+        p.credential().await.unwrap().key_id.clone()
+    }
+
+    /// Pretends the file did not change since it was last read, as on a file system whose
+    /// timestamps are too coarse to show it: only expiry can make the provider read it again.
+    async fn hide_change(p: &FileCredentialProvider) {
+        p.refresh.lock().await.stamp = Stamp::of(&std::fs::metadata(p.path()).unwrap());
+    }
+
+    fn assert_no_secret(text: &str) {
+        assert!(!text.contains(SECRET), "the secret leaked: {text}");
+        assert!(!text.contains(TOKEN), "the token leaked: {text}");
+    }
+
+    /// Everything logged while it lives, for the current thread. (tracing caches per call site
+    /// whether anyone listens; a call site that another test thread reaches first may be missed,
+    /// so only assert on messages no other test logs.)
+    struct Logs(Arc<Mutex<Vec<u8>>>, #[allow(dead_code)] tracing::subscriber::DefaultGuard);
+
+    impl Logs {
+        fn capture() -> Logs {
+            let buf = Arc::new(Mutex::new(Vec::new()));
+            let sink = buf.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || Sink(sink.clone()))
+                .with_ansi(false)
+                .with_max_level(tracing::Level::DEBUG)
+                .finish();
+            Logs(buf, tracing::subscriber::set_default(subscriber))
+        }
+
+        fn text(&self) -> String {
+            String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+        }
+    }
+
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn parses_every_field_and_the_optional_ones_may_be_absent() {
+        let full = parse(file_text(1, Some("2024-08-20T00:00:00Z")).as_bytes()).unwrap();
+        assert_eq!(full.credential.key_id, "KEY-1");
+        assert_eq!(full.credential.secret_key, format!("{SECRET}-1"));
+        assert_eq!(full.credential.token, Some(format!("{TOKEN}-1")));
+        assert_eq!(full.expires, Some(at("2024-08-20T00:00:00Z")));
+
+        let minimal = parse(br#"{"AccessKeyId": "id", "AccessKeySecret": "s"}"#).unwrap();
+        assert_eq!(minimal.credential.token, None);
+        assert_eq!(minimal.expires, None, "without Expiration the credential never expires");
+
+        // Empty or null optional fields mean absent, as in the OSS connector; unknown fields are ignored.
+        let empty = parse(
+            br#"{"AccessKeyId": "id", "AccessKeySecret": "s", "SecurityToken": "", "Expiration": null,
+                "x": 1}"#,
+        )
+        .unwrap();
+        assert_eq!((empty.credential.token.clone(), empty.expires), (None, None));
+
+        // RFC 3339 with an offset and fractional seconds (humantime alone reads only UTC).
+        let offset = parse(
+            br#"{"AccessKeyId": "id", "AccessKeySecret": "s", "Expiration": "2024-08-20T08:00:00.5+08:00"}"#,
+        )
+        .unwrap();
+        assert_eq!(offset.expires, Some(at("2024-08-20T00:00:00Z") + Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn bad_files_are_errors_naming_the_file_and_the_field_never_a_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("creds.json");
+        let (s, old) = (SECRET, "2020-01-01T00:00:00Z");
+        let cases = [
+            (format!(r#"{{"AccessKeyId": "id", "AccessKeySecret": "{s}"#), "not valid JSON"),
+            (String::new(), "not valid JSON"),
+            (format!(r#"["{s}"]"#), "not a JSON object"),
+            (r#"{"AccessKeyId": "id"}"#.into(), "AccessKeySecret is missing"),
+            (format!(r#"{{"AccessKeySecret": "{s}"}}"#), "AccessKeyId is missing"),
+            (
+                format!(r#"{{"AccessKeyId": "", "AccessKeySecret": "{s}"}}"#),
+                "AccessKeyId must be a non-empty",
+            ),
+            (r#"{"AccessKeyId": "id", "AccessKeySecret": 1234567}"#.into(), "AccessKeySecret must be"),
+            (
+                format!(r#"{{"AccessKeyId": "id", "AccessKeySecret": "{s}", "SecurityToken": ["{TOKEN}"]}}"#),
+                "SecurityToken must be a string",
+            ),
+            (
+                format!(r#"{{"AccessKeyId": "id", "AccessKeySecret": "{s}", "Expiration": "{s}"}}"#),
+                "Expiration is not an RFC 3339 time",
+            ),
+            (
+                format!(r#"{{"AccessKeyId": "id", "AccessKeySecret": "{s}", "Expiration": "{old}"}}"#),
+                "the credential expired at 2020-01-01T00:00:00Z",
+            ),
+            (
+                format!(r#"{{"AccessKeyId": "id", "AccessKeySecret": "{}"}}"#, "x".repeat(70_000)),
+                "larger than",
+            ),
+        ];
+        for (text, want) in cases {
+            write(&path, &text);
+            let err = FileCredentialProvider::open(&path).unwrap_err();
+            let shown = format!("{err} / {err:?}");
+            assert!(shown.starts_with(&format!("credentials file {}: ", path.display())), "{shown}");
+            assert!(shown.contains(want), "{want:?} not in {shown}");
+            assert_no_secret(&shown);
+        }
+        let err = FileCredentialProvider::open(dir.path().join("absent.json")).unwrap_err();
+        assert!(err.to_string().contains("absent.json: cannot read it"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn rereads_the_file_when_it_changes_looking_at_most_once_per_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = provider(&dir, &file_text(1, None), Arc::new(SystemTime::now));
+        assert_eq!(key_of(&p).await, "KEY-1");
+        write(p.path(), &file_text(2, None));
+        assert_eq!(key_of(&p).await, "KEY-2", "a changed file is read again");
+
+        let p = p.with_recheck_interval(Duration::from_millis(300));
+        write(p.path(), &file_text(3, None));
+        assert_eq!(key_of(&p).await, "KEY-2", "the file is not looked at within the interval");
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        assert_eq!(key_of(&p).await, "KEY-3");
+    }
+
+    #[tokio::test]
+    async fn rereads_a_credential_about_to_expire_even_if_the_file_looks_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock);
+        write(p.path(), &file_text(2, Some("2030-01-01T02:00:00Z")));
+        hide_change(&p).await;
+        assert_eq!(key_of(&p).await, "KEY-1", "not due yet, and the file looks unchanged");
+        set(&now, "2030-01-01T00:54:00Z");
+        assert_eq!(key_of(&p).await, "KEY-1", "6 minutes before expiry: not due yet");
+        set(&now, "2030-01-01T00:56:00Z");
+        assert_eq!(key_of(&p).await, "KEY-2", "within the 5 minute margin: read again");
+        assert_eq!(p.expires(), Some(at("2030-01-01T02:00:00Z")));
+    }
+
+    #[tokio::test]
+    async fn rereads_after_the_credential_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock);
+        write(p.path(), &file_text(2, Some("2030-01-01T03:00:00Z")));
+        hide_change(&p).await;
+        set(&now, "2030-01-01T01:00:01Z");
+        assert_eq!(key_of(&p).await, "KEY-2");
+    }
+
+    #[tokio::test]
+    async fn short_lived_credentials_are_read_again_at_half_their_remaining_lifetime() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T00:00:10Z")), clock);
+        assert_eq!(p.lock_state().refresh_at, Some(at("2030-01-01T00:00:05Z")));
+        write(p.path(), &file_text(2, Some("2030-01-01T00:00:30Z")));
+        hide_change(&p).await;
+        set(&now, "2030-01-01T00:00:04Z");
+        assert_eq!(key_of(&p).await, "KEY-1");
+        set(&now, "2030-01-01T00:00:05Z");
+        assert_eq!(key_of(&p).await, "KEY-2");
+        assert_eq!(p.lock_state().refresh_at, Some(at("2030-01-01T00:00:17.5Z")));
+    }
+
+    #[test]
+    fn keeps_the_last_good_credential_while_the_file_is_unreadable_then_fails_once_it_expired() {
+        let logs = Logs::capture();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let (clock, now) = clock("2030-01-01T00:00:00Z");
+            let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock);
+            let path = p.path().to_path_buf();
+
+            std::fs::remove_file(&path).unwrap();
+            assert_eq!(key_of(&p).await, "KEY-1", "missing file");
+            assert_eq!(key_of(&p).await, "KEY-1");
+            std::fs::write(&path, &file_text(2, None)[..40]).unwrap();
+            assert_eq!(key_of(&p).await, "KEY-1", "half-written file");
+            assert_eq!(key_of(&p).await, "KEY-1");
+            write(&path, &file_text(3, Some("2029-12-31T00:00:00Z")));
+            assert_eq!(key_of(&p).await, "KEY-1", "a file holding an older, expired credential");
+            let warnings = logs.text().matches("still using the credential read before").count();
+            assert_eq!(warnings, 3, "one warning per distinct failure:\n{}", logs.text());
+            assert!(logs.text().contains("cannot read it"), "{}", logs.text());
+            assert!(logs.text().contains("not valid JSON"), "{}", logs.text());
+
+            std::fs::write(&path, &file_text(4, None)[..40]).unwrap();
+            set(&now, "2030-01-01T01:00:00Z");
+            let err = p.credential().await.unwrap_err().to_string();
+            assert!(err.starts_with(&format!("credentials file {}: ", path.display())), "{err}");
+            assert!(err.contains("the credential expired at 2030-01-01T01:00:00Z"), "{err}");
+            assert!(err.contains("no newer one could be read: it is not valid JSON"), "{err}");
+            assert_no_secret(&err);
+
+            // Through object_store and the origin, the same message, typed and not retried.
+            let store_err = p.get_credential().await.unwrap_err();
+            let origin_err = OriginError::from_store(store_err);
+            assert!(matches!(origin_err, OriginError::Credentials(_)), "{origin_err:?}");
+            assert!(!origin_err.is_retryable());
+            assert!(origin_err.to_string().contains(&err), "{origin_err}");
+
+            write(&path, &file_text(5, None));
+            assert_eq!(key_of(&p).await, "KEY-5", "a good file brings it back without a restart");
+        });
+        assert_no_secret(&logs.text());
+    }
+
+    #[tokio::test]
+    async fn debug_output_never_shows_the_secret_or_the_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let p =
+            Arc::new(provider(&dir, &file_text(1, Some("2099-01-01T00:00:00Z")), Arc::new(SystemTime::now)));
+        let shown = format!("{p:?}");
+        assert!(shown.contains("credentials.json") && shown.contains("2099-01-01T00:00:00Z"), "{shown}");
+        assert_no_secret(&shown);
+        // The S3 client prints its provider in its own Debug output.
+        let store = object_store::aws::AmazonS3Builder::new()
+            .with_bucket_name("b")
+            .with_region("us-east-1")
+            .with_credentials(p.clone())
+            .build()
+            .unwrap();
+        let shown = format!("{store:?}");
+        assert!(shown.contains("FileCredentialProvider"), "{shown}");
+        assert_no_secret(&shown);
+        assert_no_secret(&format!("{:?}", p.credential().await.unwrap()));
+    }
+
+    #[tokio::test]
+    async fn an_origin_signs_with_the_file_and_fails_at_once_when_its_credential_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock);
+        set(&now, "2030-01-01T02:00:00Z");
+        let cfg = OriginConfig {
+            // Nothing listens there: a request that went out would fail differently, and be retried.
+            endpoint: Some("http://127.0.0.1:9".into()),
+            allow_http: true,
+            max_attempts: 3,
+            backoff_base_ms: 1,
+            ..OriginConfig::default()
+        };
+        let origin = Origin::with_credential_provider(cfg, Arc::new(p));
+        let url = memarts_protocol::ObjectUrl::parse("s3://b/k").unwrap();
+        let err = origin.head(&url).await.unwrap_err();
+        assert!(matches!(err, OriginError::Credentials(_)), "{err:?}");
+        assert!(err.to_string().contains("credentials.json: the credential expired"), "{err}");
+        assert_eq!(origin.stats.retries.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn from_env_takes_the_file_and_names_it_when_it_is_unusable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("credentials.json");
+        let cfg = OriginConfig { credentials_file: Some(path.clone()), ..OriginConfig::default() };
+        let err = Origin::from_env(cfg.clone()).err().expect("a missing file is an error");
+        assert!(err.to_string().contains(&format!("{}: cannot read it", path.display())), "{err}");
+        write(&path, &file_text(1, None));
+        let origin = Origin::from_env(cfg).unwrap();
+        assert!(origin.credentials.is_some());
+    }
+}
