@@ -24,7 +24,7 @@ pub struct Common {
     #[arg(long, global = true)]
     pub run_dir: Option<PathBuf>,
     /// TOML config file with any FleetConfig field (cache_dir, capacity, io_engine, meta_ttl_secs,
-    /// [origin] endpoint/region/allow_http...) [env: MEMARTS_CONFIG]
+    /// [origin] endpoint/region/allow_http/credentials_file...) [env: MEMARTS_CONFIG]
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
 }
@@ -126,6 +126,18 @@ pub struct StartArgs {
     /// S3-compatible endpoint URL [env: AWS_ENDPOINT_URL]
     #[arg(long)]
     pub endpoint: Option<String>,
+    /// JSON file of S3 credentials, re-read without a restart when it changes or its credential
+    /// expires [env: MEMARTS_CREDENTIALS_FILE] [config: origin.credentials_file]
+    ///
+    /// The OSS connector's format: {"AccessKeyId": "...", "AccessKeySecret": "...",
+    /// "SecurityToken": "..." (optional), "Expiration": "2024-08-20T00:00:00Z" (optional, RFC 3339;
+    /// without it the credential never expires)}. Each proxy looks at the file at most once a second
+    /// and re-reads it when it changed or when its credential expires within 5 minutes (or half its
+    /// remaining lifetime); while a re-read fails it keeps the last good credential until that one
+    /// expires. Takes precedence over AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN.
+    /// A missing or invalid file fails the start.
+    #[arg(long)]
+    pub credentials_file: Option<PathBuf>,
     /// Seconds to wait for every slot to report ready
     #[arg(long, default_value_t = 30.0)]
     pub ready_timeout: f64,

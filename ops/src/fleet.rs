@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use memarts_proxy::config::FleetConfig;
 use memarts_proxy::lifecycle::{ensure_private_dir, Readiness};
+use memarts_proxy::origin::FileCredentialProvider;
 use memarts_proxy::size::{format_size, parse_size};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
@@ -43,7 +44,14 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(endpoint) = &args.endpoint {
         cfg.origin.endpoint = Some(endpoint.clone());
     }
+    if let Some(path) = &args.credentials_file {
+        cfg.origin.credentials_file = Some(crate::settings::absolute(path.clone())?);
+    }
     cfg.validate().map_err(anyhow::Error::msg)?;
+    if let Some(path) = &cfg.origin.credentials_file {
+        // One clear error naming the file rather than one per slot; each slot reads it again anyway.
+        FileCredentialProvider::open(path)?;
+    }
     ensure_private_dir(&cfg.run_dir).with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
 
     let slots = pid_files(&cfg.run_dir)?;

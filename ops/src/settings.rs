@@ -27,6 +27,8 @@ pub fn resolve(common: &Common) -> Result<FleetConfig> {
     }
     cfg.run_dir = absolute(cfg.run_dir)?;
     cfg.cache_dir = absolute(cfg.cache_dir)?;
+    // Proxies read it from fleet.json, whatever their working directory.
+    cfg.origin.credentials_file = cfg.origin.credentials_file.map(absolute).transpose()?;
     Ok(cfg)
 }
 
