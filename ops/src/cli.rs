@@ -38,6 +38,11 @@ pub enum Command {
     /// Stop the fleet (drain, then SIGKILL after a grace period) and clean up what a crashed fleet left.
     #[command(alias = "stop-proxy")]
     StopProxy(StopArgs),
+    /// Restart the running fleet one slot at a time (after an upgrade, say): each slot drains, exits
+    /// and comes back with the same settings and its cache before the next one goes; clients retry
+    /// the slot that is away, so a training job does not notice.
+    #[command(alias = "restart-proxy")]
+    RestartProxy(RestartArgs),
     /// Show every slot: pid, uptime, connections, hits, misses, bytes, cache use.
     Status(StatusArgs),
     /// Write an object to stdout (through the fleet when one runs, else straight from the origin).
@@ -151,6 +156,16 @@ pub struct StopArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct RestartArgs {
+    /// Seconds to let each slot drain after SIGTERM before SIGKILL
+    #[arg(long, default_value_t = 15.0)]
+    pub grace: f64,
+    /// Seconds to wait for each restarted slot to report ready
+    #[arg(long, default_value_t = 30.0)]
+    pub ready_timeout: f64,
+}
+
+#[derive(Args, Debug)]
 pub struct StatusArgs {
     /// Machine-readable output: {"slots": [{"slot": 0, "pid": 123, "alive": true, ...}], ...}
     #[arg(long)]
@@ -176,6 +191,7 @@ pub fn main() -> ExitCode {
     let result = match &cli.command {
         Command::StartProxy(a) => crate::fleet::start(&cli.common, a),
         Command::StopProxy(a) => crate::fleet::stop(&cli.common, a),
+        Command::RestartProxy(a) => crate::fleet::restart(&cli.common, a),
         Command::Status(a) => crate::status::status(&cli.common, a),
         Command::Cat(a) => crate::data::cat(&cli.common, a),
         Command::Stat(a) => crate::data::stat(&cli.common, a),

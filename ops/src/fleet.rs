@@ -22,7 +22,7 @@ use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::cli::{Common, StartArgs, StopArgs};
+use crate::cli::{Common, RestartArgs, StartArgs, StopArgs};
 use crate::settings::resolve;
 
 pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
@@ -76,34 +76,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     let (tx, rx) = mpsc::channel::<(u32, Result<Readiness, String>)>();
     let mut pids = Vec::new();
     for slot in 0..cfg.slots {
-        let log = OpenOptions::new().create(true).append(true).mode(0o600).open(cfg.log_path(slot))?;
-        let mut cmd = Command::new(&proxy_bin);
-        cmd.arg("--fleet").arg(cfg.fleet_file()).arg("--slot").arg(slot.to_string());
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
-        // SAFETY: setsid is async-signal-safe and touches no memory of the parent; it detaches the
-        // proxy from our session so it outlives this command and the terminal.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid().map_err(std::io::Error::from)?;
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn().with_context(|| format!("starting {}", proxy_bin.display()))?;
-        pids.push(child.id());
-        let stdout = child.stdout.take().expect("stdout is piped");
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let res = match BufReader::new(stdout).read_line(&mut line) {
-                Ok(0) => Err("exited before reporting ready".to_string()),
-                Ok(_) => serde_json::from_str::<Readiness>(&line)
-                    .map_err(|e| format!("bad readiness line {line:?}: {e}")),
-                Err(e) => Err(format!("reading its readiness line: {e}")),
-            };
-            let _ = tx.send((slot, res));
-            // Reap it if it exits while we still run (a failed start); detached proxies outlive us.
-            let _ = child.try_wait();
-        });
+        pids.push(spawn_slot(&cfg, &proxy_bin, slot, tx.clone())?);
     }
     drop(tx);
 
@@ -144,6 +117,103 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         cfg.run_dir.display(),
         cfg.cache_dir.display(),
         cfg.capacity.map_or_else(|| "80% of free space".to_string(), format_size),
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts slot `slot` of `cfg`'s fleet, detached; its readiness line (or why it has none) arrives on
+/// `tx`. Returns its pid.
+fn spawn_slot(
+    cfg: &FleetConfig,
+    proxy_bin: &Path,
+    slot: u32,
+    tx: mpsc::Sender<(u32, Result<Readiness, String>)>,
+) -> Result<u32> {
+    let log = OpenOptions::new().create(true).append(true).mode(0o600).open(cfg.log_path(slot))?;
+    let mut cmd = Command::new(proxy_bin);
+    cmd.arg("--fleet").arg(cfg.fleet_file()).arg("--slot").arg(slot.to_string());
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent; it detaches the
+    // proxy from our session so it outlives this command and the terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", proxy_bin.display()))?;
+    let pid = child.id();
+    let stdout = child.stdout.take().expect("stdout is piped");
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let res = match BufReader::new(stdout).read_line(&mut line) {
+            Ok(0) => Err("exited before reporting ready".to_string()),
+            Ok(_) => serde_json::from_str::<Readiness>(&line)
+                .map_err(|e| format!("bad readiness line {line:?}: {e}")),
+            Err(e) => Err(format!("reading its readiness line: {e}")),
+        };
+        let _ = tx.send((slot, res));
+        // Reap it if it exits while we still run (a failed start); detached proxies outlive us.
+        let _ = child.try_wait();
+    });
+    Ok(pid)
+}
+
+/// A rolling restart: slot by slot, drain and stop it, start it again from the fleet file (the
+/// settings the fleet was started with; the proxy binary found now, so this is also how an upgrade
+/// goes in), and wait until it is ready before the next slot goes. A slot that does not come back
+/// stops the roll with the reason; the slots not yet restarted keep running.
+pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let run_dir = resolve(common)?.run_dir;
+    let fleet_file = memarts_proxy::config::fleet_file(&run_dir);
+    let text = std::fs::read(&fleet_file).with_context(|| {
+        format!("no running fleet in {} (start one with `memarts start_proxy N`)", run_dir.display())
+    })?;
+    let cfg: FleetConfig =
+        serde_json::from_slice(&text).with_context(|| format!("reading {}", fleet_file.display()))?;
+    let proxy_bin = proxy_binary()?;
+    let grace = Duration::from_secs_f64(args.grace);
+    let pid_files: std::collections::HashMap<u32, PathBuf> = pid_files(&run_dir)?.into_iter().collect();
+    for slot in 0..cfg.slots {
+        let slot_started = Instant::now();
+        if let Some(path) = pid_files.get(&slot) {
+            if let Probe::Live(pid) = probe(path) {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+                for (slot, pid, path) in wait_for_exit(&[(slot, pid, path.clone())], grace) {
+                    eprintln!("memarts: slot {slot} (pid {pid}) did not drain within {grace:?}; killing it");
+                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                    let _ = wait_for_exit(&[(slot, pid, path)], Duration::from_secs(5));
+                }
+            }
+        }
+        clean_stale(&run_dir)?;
+        let (tx, rx) = mpsc::channel();
+        let pid = spawn_slot(&cfg, &proxy_bin, slot, tx)?;
+        match rx.recv_timeout(Duration::from_secs_f64(args.ready_timeout)) {
+            Ok((_, Ok(r))) if r.ready => {}
+            Ok((_, Ok(r))) => bail!("slot {slot} did not come back: {}", r.error.unwrap_or_default()),
+            Ok((_, Err(e))) => {
+                bail!("slot {slot} did not come back: {e} (see {})", cfg.log_path(slot).display())
+            }
+            Err(_) => {
+                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+                bail!(
+                    "slot {slot} was not ready within {}s (see {})",
+                    args.ready_timeout,
+                    cfg.log_path(slot).display()
+                )
+            }
+        }
+        println!(
+            "memarts: slot {slot} restarted in {:.2}s (pid {pid})",
+            slot_started.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "memarts: {} proxies restarted one by one in {:.2}s",
+        cfg.slots,
+        started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }
