@@ -8,6 +8,7 @@ mod cache_hits;
 mod capacity;
 mod cli_data;
 mod consistency;
+mod credentials;
 mod engine_fallback;
 mod fork;
 mod origin_faults;
