@@ -232,44 +232,44 @@ impl FileCredentialProvider {
         state.next_check = Instant::now() + self.recheck;
         let problem = match outcome {
             Ok(None) => None,
+            // Read again because it was due, and not renewed yet: nothing wrong with the file.
+            Ok(Some((stamp, loaded))) if loaded == state.current => {
+                refresh.stamp = stamp;
+                None
+            }
             Ok(Some((stamp, loaded))) => match loaded.expires {
                 Some(at) if now >= at => Some(Problem::HoldsExpired(at)),
                 _ => {
+                    tracing::info!(
+                        "credentials file {}: read a new credential, {}",
+                        self.path.display(),
+                        describe_expiry(loaded.expires)
+                    );
                     refresh.stamp = stamp;
-                    if loaded != state.current {
-                        tracing::info!(
-                            "credentials file {}: read a new credential, {}",
-                            self.path.display(),
-                            describe_expiry(loaded.expires)
-                        );
-                        state.refresh_at = refresh_at(&loaded, now);
-                        state.current = loaded;
-                    }
+                    state.refresh_at = refresh_at(&loaded, now);
+                    state.current = loaded;
                     None
                 }
             },
             Err(problem) => Some(problem),
         };
-        match problem {
-            None => {
-                state.failure = None;
-                refresh.warned = None;
-            }
-            Some(problem) => {
-                let reason = problem.to_string();
-                let valid = state.current.expires.is_none_or(|at| now < at);
-                if valid && refresh.warned.as_deref() != Some(reason.as_str()) {
-                    tracing::warn!(
-                        "credentials file {}: {reason}; still using the credential read before, {}",
-                        self.path.display(),
-                        describe_expiry(state.current.expires)
-                    );
-                    refresh.warned = Some(reason.clone());
-                }
-                state.failure = Some(reason);
-            }
+        state.failure = problem.as_ref().map(|p| p.to_string());
+        let answer = self.answer(&state, now);
+        // Logged once per distinct message, while requests go on asking once a second.
+        let warning = match (&answer, &state.failure) {
+            (Err(e), _) => Some(e.to_string()),
+            (Ok(_), Some(reason)) => Some(format!(
+                "credentials file {}: {reason}; still using the credential read before, {}",
+                self.path.display(),
+                describe_expiry(state.current.expires)
+            )),
+            (Ok(_), None) => None,
+        };
+        if warning.is_some() && warning != refresh.warned {
+            tracing::warn!("{}", warning.as_deref().unwrap_or_default());
         }
-        self.answer(&state, now)
+        refresh.warned = warning;
+        answer
     }
 }
 
@@ -579,6 +579,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_credential_the_file_does_not_renew_fails_once_it_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock);
+        set(&now, "2030-01-01T00:58:00Z");
+        assert_eq!(key_of(&p).await, "KEY-1", "due, read again, the same: still valid");
+        set(&now, "2030-01-01T01:00:00Z");
+        let err = p.credential().await.unwrap_err().to_string();
+        let path = p.path().display();
+        assert_eq!(err, format!("credentials file {path}: the credential expired at 2030-01-01T01:00:00Z"));
+    }
+
+    #[tokio::test]
     async fn short_lived_credentials_are_read_again_at_half_their_remaining_lifetime() {
         let dir = tempfile::tempdir().unwrap();
         let (clock, now) = clock("2030-01-01T00:00:00Z");
@@ -618,7 +631,9 @@ mod tests {
 
             std::fs::write(&path, &file_text(4, None)[..40]).unwrap();
             set(&now, "2030-01-01T01:00:00Z");
+            assert!(p.credential().await.is_err());
             let err = p.credential().await.unwrap_err().to_string();
+            assert_eq!(logs.text().matches(&err).count(), 1, "logged once:\n{}", logs.text());
             assert!(err.starts_with(&format!("credentials file {}: ", path.display())), "{err}");
             assert!(err.contains("the credential expired at 2030-01-01T01:00:00Z"), "{err}");
             assert!(err.contains("no newer one could be read: it is not valid JSON"), "{err}");
