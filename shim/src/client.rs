@@ -218,8 +218,12 @@ impl Client {
 
     /// [`Client::stat`]; `refresh` bypasses the metadata cache and revalidates with the origin.
     pub fn stat_opts(&self, url: &str, refresh: bool) -> Result<ObjectMeta> {
-        let url = parse(url)?.to_string();
-        let slot = meta_owner_slot(&url, self.slots());
+        let parsed = parse(url)?;
+        let url = parsed.to_string();
+        // The slot reads of this object start at (the owner of its chunk 0): one slot holds the
+        // object's metadata, so a ranged read after a whole read costs no second HEAD, and the version
+        // that slot last verified is there to fall back on when the origin is down.
+        let slot = memarts_protocol::chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
         self.with_slot(slot, self.deadline(), |conn| {
             match conn.call(&Request::Stat { url: url.clone(), refresh })?.response {
                 Response::Stat(meta) => Ok(meta),

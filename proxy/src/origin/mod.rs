@@ -277,6 +277,12 @@ impl Origin {
             },
         )
         .await
+        .inspect_err(|e| {
+            // The caller asks again another way (HEAD, then GET): that is a retry of this request.
+            if e.is_retryable() {
+                self.count_retry();
+            }
+        })
     }
 
     /// One page of a listing. Non-recursive listings report common prefixes as directories.

@@ -7,8 +7,8 @@
 //! - `Truncate`: the reply keeps its `Content-Length` but the body stops half way;
 //! - `Stall`: the request is read, then nothing is sent back until the fault's time is up;
 //! - `WrongRange`: a ranged GET is forwarded for a range shifted by one byte;
-//! - `Replace(f)`: the request is served, then `f` overwrites the object on the server, so the next
-//!   ranged GET of the same read meets a new version.
+//! - `Replace(f)`: `f` overwrites the object on the server, then the request goes on: it and every
+//!   later ranged GET of the same read meet the new version (a read pinned by `If-Match` gets 412).
 //!
 //! `set_down(true)` makes every connection reset at once (the origin is unreachable), and
 //! `allow_keys` makes the relay answer 403 `InvalidAccessKeyId` to a request signed with any other
@@ -17,7 +17,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -92,6 +92,7 @@ struct State {
     requests: AtomicU64,
     injected: AtomicU64,
     refused_keys: AtomicU64,
+    keys_seen: Mutex<std::collections::BTreeSet<String>>,
 }
 
 pub struct FaultRelay {
@@ -150,6 +151,11 @@ impl FaultRelay {
 
     pub fn injected(&self) -> u64 {
         self.state.injected.load(Ordering::SeqCst)
+    }
+
+    /// Every access key id that signed a request so far.
+    pub fn keys_seen(&self) -> std::collections::BTreeSet<String> {
+        self.state.keys_seen.lock().unwrap().clone()
     }
 
     pub fn refused_keys(&self) -> u64 {
@@ -306,6 +312,9 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
     }
     let Some(req) = read_request(&mut conn) else { return };
     st.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some(k) = req.access_key() {
+        st.keys_seen.lock().unwrap().insert(k.to_string());
+    }
     if let Some(keys) = st.allowed_keys.lock().unwrap().as_ref() {
         if !req.access_key().is_some_and(|k| keys.iter().any(|a| a == k)) {
             st.refused_keys.fetch_add(1, Ordering::SeqCst);
@@ -331,6 +340,11 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
         }
         _ => {}
     }
+    if let Some(Fault::Replace(replace)) = &fault {
+        // Before this request goes on: it, and every later one, meets the new version (other
+        // requests of the same read may already have been served the old one).
+        replace();
+    }
     let Ok(reply) = forward(upstream, &req.encode(range.as_deref())) else { return reset(conn) };
     match &fault {
         Some(Fault::Truncate) => {
@@ -340,11 +354,7 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
             let _ = conn.flush();
             reset(conn);
         }
-        Some(Fault::Replace(replace)) => {
-            let _ = conn.write_all(&reply);
-            let _ = conn.shutdown(Shutdown::Write);
-            replace();
-        }
+
         _ => {
             let _ = conn.write_all(&reply);
         }
