@@ -110,6 +110,12 @@ fn origin_requests_are_logged_per_slot_without_credentials() {
     let bucket = moto().bucket("log");
     moto().put(&bucket, "o", &pattern(900, 200_000));
     let fleet = Fleet::start(1, &[]);
+    // Until its index is rebuilt a slot cannot tell a cold object, and asks with a HEAD first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fleet.status()["slots"][0]["index_ready"].as_bool().unwrap_or(false) {
+        assert!(std::time::Instant::now() < deadline, "the index was never ready");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     fleet.client(64 << 10).read(&format!("obs://{bucket}/o")).unwrap();
     let log = std::fs::read_to_string(fleet.run_dir.join("origin-0.log")).unwrap();
     // A cold read: chunk 0 and the metadata in one GET (no version to pin yet), then the other

@@ -57,6 +57,41 @@ fn raise_open_files() {
     }
 }
 
+/// The coverage-guided fuzzing figures `ops/scripts/fuzz.sh` wrote (`make reliability` runs it first),
+/// one row per target; a missing file is a broken promise of the full campaign.
+fn fuzz_rows() -> Vec<Row> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("reliability/results/fuzz.json");
+    let parsed = std::fs::read(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|e| e.to_string()));
+    let json = match parsed {
+        Ok(j) => j,
+        Err(e) => {
+            let mut row = Row::new("protocol", "cargo-fuzz");
+            row.violate(format!("no fuzzing figures in {}: {e} (run ops/scripts/fuzz.sh)", path.display()));
+            return vec![row];
+        }
+    };
+    let toolchain = json["toolchain"].as_str().unwrap_or("?").to_string();
+    let targets = json["targets"].as_array().cloned().unwrap_or_default();
+    targets
+        .iter()
+        .map(|t| {
+            let name = t["target"].as_str().unwrap_or("?");
+            let mut row = Row::new("protocol", &format!("cargo-fuzz `{name}` (coverage-guided decoder fuzzing)"));
+            row.injected = t["executions"].as_u64().unwrap_or(0);
+            let crashes = t["crashes"].as_u64().unwrap_or(0);
+            row.detected = crashes;
+            row.seconds = t["seconds"].as_f64().unwrap_or(0.0);
+            if crashes > 0 {
+                row.violate(format!("{crashes} crashes"));
+            }
+            row.note = format!("injected = fuzz inputs executed, detected = crashes ({toolchain})");
+            row
+        })
+        .collect()
+}
+
 fn main() {
     let full = std::env::var("RELIABILITY_SCALE").is_ok_and(|s| s == "full");
     let scale = Scale { full };
@@ -84,6 +119,9 @@ fn main() {
             }
         }
         eprintln!("reliability: {name} done in {:.1}s", t.elapsed().as_secs_f64());
+    }
+    if full && only.is_none() {
+        rows.extend(fuzz_rows());
     }
     for r in rows.iter_mut() {
         r.check_integrity();

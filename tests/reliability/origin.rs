@@ -61,7 +61,7 @@ fn transient(scale: Scale) -> Row {
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
-    let until = Instant::now() + Duration::from_secs(scale.pick(10, 90));
+    let until = Instant::now() + Duration::from_secs(scale.pick(10, 60));
     let when = Match { method: Some("GET"), ranged: true, path_contains: Some(data.bucket.clone()) };
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(rng.random_range(30..120)));
@@ -175,7 +175,7 @@ fn down(scale: Scale) -> Row {
     relay.set_down(true);
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &cached, 16, CS, &stop);
-    let until = Instant::now() + Duration::from_secs(scale.pick(5, 30));
+    let until = Instant::now() + Duration::from_secs(scale.pick(5, 20));
     let mut slowest = Duration::ZERO;
     while Instant::now() < until {
         for (url, data) in &only {
@@ -257,7 +257,7 @@ fn rotated_credentials(scale: Scale) -> Row {
         fleet_behind(&relay, "", &[("MEMARTS_CREDENTIALS_FILE", &file_env), ("MEMARTS_CACHE_CAPACITY", "64MiB")]);
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
-    let until = Instant::now() + Duration::from_secs(scale.pick(12, 60));
+    let until = Instant::now() + Duration::from_secs(scale.pick(12, 40));
     let mut next_rotation = Instant::now() + Duration::from_secs(2);
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(50));
