@@ -60,7 +60,9 @@ impl ChunkRequest {
         if start >= self.object_size {
             return None;
         }
-        Some(start..(start + self.chunk_size).min(self.object_size))
+        // Saturating: `chunk_size` comes off the wire unchecked, and the proxy computes ranges
+        // (to size a batch) before it validates chunk sizes.
+        Some(start..start.saturating_add(self.chunk_size).min(self.object_size))
     }
 }
 
@@ -243,5 +245,20 @@ mod tests {
         assert_eq!(req.range(), None);
         req.index = u64::MAX;
         assert_eq!(req.range(), None);
+    }
+
+    /// A chunk that starts inside the object but whose nominal end is past `u64::MAX` overflowed
+    /// (a panic with overflow checks; a range ending before it starts without them).
+    #[test]
+    fn chunk_range_near_u64_max_does_not_overflow() {
+        let req = ChunkRequest {
+            url: "s3://b/k".into(),
+            etag: "e".into(),
+            object_size: u64::MAX,
+            chunk_size: u64::MAX - 1,
+            index: 1,
+            recheck: false,
+        };
+        assert_eq!(req.range(), Some(u64::MAX - 1..u64::MAX));
     }
 }

@@ -58,6 +58,11 @@ impl ObjectUrl {
         if url.contains('\0') {
             return Err(UrlError::Nul);
         }
+        // An absolute path is local whatever it contains: `/data/a:///b` has no scheme, and it is
+        // what a `file:///data/a:///b` URL displays as, which must parse back to the same path.
+        if url.starts_with('/') {
+            return Self::local(url);
+        }
         if let Some((scheme, rest)) = url.split_once("://") {
             match scheme.to_ascii_lowercase().as_str() {
                 "s3" | "obs" | "oss" | "s3a" => {
@@ -126,5 +131,15 @@ mod tests {
         assert!(matches!(ObjectUrl::parse("s3:///k"), Err(UrlError::NoBucket(_))));
         assert_eq!(ObjectUrl::parse("/a\0b"), Err(UrlError::Nul));
         assert!(matches!(ObjectUrl::parse(&"/a".repeat(10_000)), Err(UrlError::TooLong(_))));
+    }
+
+    /// Found by the `message` fuzz target: a local path holding `://` was refused as a bad scheme,
+    /// so `file:///te:///d` parsed but its display form `/te:///d` did not.
+    #[test]
+    fn absolute_paths_with_a_scheme_separator_are_local() {
+        let url = ObjectUrl::parse("file:///te:///d").unwrap();
+        assert_eq!(url, ObjectUrl { kind: OriginKind::Local, bucket: String::new(), key: "/te:///d".into() });
+        assert_eq!(ObjectUrl::parse(&url.to_string()), Ok(url));
+        assert_eq!(ObjectUrl::parse("/data/s3://b/k").unwrap().key, "/data/s3://b/k");
     }
 }

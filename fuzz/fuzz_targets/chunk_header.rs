@@ -1,0 +1,4 @@
+//! See `memarts_fuzz::chunk_header` for what this target feeds and checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| memarts_fuzz::chunk_header::check(data));
