@@ -23,9 +23,9 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use memarts_protocol::{crc32c, Crc32c, ObjectUrl, MAX_URL_LEN};
+use nix::fcntl::{Flock, FlockArg};
 
 const MAGIC: &[u8; 8] = b"MAMONLY1";
 const VERSION: u16 = 1;
@@ -54,7 +54,6 @@ pub struct OnlyStore {
     dir: PathBuf,
     tmp: PathBuf,
     quota: Option<u64>,
-    used: AtomicU64,
 }
 
 fn header(url: &str, len: u64, crc: u32) -> Vec<u8> {
@@ -132,7 +131,7 @@ impl Writer {
 }
 
 impl OnlyStore {
-    /// Opens (creating) `<cache dir>/v1/memarts` and counts what it holds. Blocking.
+    /// Opens (creating) `<cache dir>/v1/memarts`. Blocking.
     pub fn open(cache_dir: &Path, quota: Option<u64>) -> io::Result<OnlyStore> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = cache_dir.join("v1").join("memarts");
@@ -140,16 +139,24 @@ impl OnlyStore {
         for d in [&dir, &tmp] {
             fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
         }
-        let used = fs::read_dir(&dir)?.flatten().filter_map(|e| e.metadata().ok()).map(|m| m.len()).sum();
-        Ok(OnlyStore { dir, tmp, quota, used: AtomicU64::new(used) })
+        Ok(OnlyStore { dir, tmp, quota })
     }
 
     fn path_of(&self, url: &str) -> PathBuf {
         self.dir.join(format!("{:032x}", xxhash_rust::xxh3::xxh3_128(url.as_bytes())))
     }
 
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
+    /// Bytes the memarts-only objects of the whole cache dir take (file lengths), counted now.
+    pub fn used(&self) -> io::Result<u64> {
+        let mut used = 0;
+        for entry in fs::read_dir(&self.dir)? {
+            match entry?.metadata() {
+                Ok(m) => used += m.len(),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(used)
     }
 
     /// Starts writing `url` (blocking).
@@ -166,23 +173,31 @@ impl OnlyStore {
     }
 
     /// Makes the object durable and visible (blocking): header, fdatasync, rename, directory fsync.
-    /// The previous version, if any, is replaced atomically.
+    /// The previous version, if any, is replaced atomically. With a quota, the room is checked and
+    /// the object published under an exclusive `flock` of the directory, against what the directory
+    /// holds: every slot of the fleet writes there, so a count kept by one process would let the
+    /// fleet as a whole exceed the quota.
     pub fn commit(&self, w: Writer) -> Result<u64, OnlyError> {
         let size = data_offset(&w.url) + w.written;
         let dest = self.path_of(&w.url);
-        let replaced = fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
-        if let Some(quota) = self.quota {
-            let used = self.used();
-            if used.saturating_sub(replaced) + size > quota {
-                return Err(OnlyError::Quota { need: size, used, quota });
-            }
-        }
         w.file.write_all_at(&header(&w.url, w.written, w.crc()), 0)?;
         w.file.sync_all()?;
+        let dir = File::open(&self.dir)?;
+        let _lock = match self.quota {
+            Some(quota) => {
+                let lock = Flock::lock(dir.try_clone()?, FlockArg::LockExclusive)
+                    .map_err(|(_, errno)| io::Error::from(errno))?;
+                let replaced = fs::metadata(&dest).map(|m| m.len()).unwrap_or(0);
+                let used = self.used()?;
+                if used.saturating_sub(replaced) + size > quota {
+                    return Err(OnlyError::Quota { need: size, used, quota });
+                }
+                Some(lock)
+            }
+            None => None,
+        };
         fs::rename(&w.path, &dest)?;
-        File::open(&self.dir)?.sync_all()?;
-        self.used.fetch_add(size, Ordering::Relaxed);
-        self.used.fetch_sub(replaced.min(self.used()), Ordering::Relaxed);
+        dir.sync_all()?;
         Ok(w.written)
     }
 
@@ -211,14 +226,11 @@ impl OnlyStore {
     /// Removes `url`; true if it existed. Blocking.
     pub fn remove(&self, url: &ObjectUrl) -> io::Result<bool> {
         let path = self.path_of(&url.to_string());
-        let len = match fs::metadata(&path) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        fs::remove_file(&path)?;
-        self.used.fetch_sub(len.min(self.used()), Ordering::Relaxed);
-        Ok(true)
+        match fs::remove_file(&path) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -268,6 +280,38 @@ mod tests {
         w.write(&[1u8; 20_000]).unwrap();
         assert!(matches!(store.commit(w), Err(OnlyError::Quota { .. })));
         assert!(store.get(&url).unwrap().is_none());
+    }
+
+    /// Found by the e2e test of D4: each slot counted only what it had written itself, so a fleet
+    /// of two slots stored twice its quota.
+    #[test]
+    fn the_quota_is_shared_by_every_store_of_the_cache_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = [
+            OnlyStore::open(dir.path(), Some(100_000)).unwrap(),
+            OnlyStore::open(dir.path(), Some(100_000)).unwrap(),
+        ];
+        let mut acked = 0;
+        for i in 0..10 {
+            let store = &slots[i % 2];
+            let mut w = store.begin(&ObjectUrl::parse(&format!("obs://b/{i}")).unwrap()).unwrap();
+            w.write(&[i as u8; 20_000]).unwrap();
+            match store.commit(w) {
+                Ok(_) => acked += 1,
+                Err(OnlyError::Quota { used, quota, .. }) => assert!(used <= quota),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        // 24,096 bytes per object (a 4 KiB header): four fit in 100,000.
+        assert_eq!(acked, 4);
+        assert!(slots[0].used().unwrap() <= 100_000);
+        // Replacing an object in place needs no more room than it frees.
+        let url = ObjectUrl::parse("obs://b/0").unwrap();
+        let mut w = slots[1].begin(&url).unwrap();
+        w.write(&[9u8; 20_000]).unwrap();
+        slots[1].commit(w).unwrap();
+        assert!(slots[1].remove(&url).unwrap());
+        assert_eq!(slots[0].used().unwrap(), 3 * 24_096);
     }
 
     #[test]

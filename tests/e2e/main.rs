@@ -11,6 +11,7 @@ mod consistency;
 mod credentials;
 mod engine_fallback;
 mod fork;
+mod memarts_only;
 mod origin_faults;
 mod protocol_abuse;
 mod reads;
