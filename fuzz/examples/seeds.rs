@@ -1,6 +1,7 @@
 //! Writes the seed corpus, `corpus/<target>/seed-NN`, from `memarts_fuzz::TARGETS`; run it from
 //! `fuzz/` with `cargo run --example seeds` after a change of encoding or of the samples. Every seed is
-//! run through its target's checks first. Other files in `corpus/` are left alone.
+//! run through its target's checks first. Old `seed-*` files are replaced; other files in `corpus/`
+//! (inputs added by hand, e.g. a fixed crash) are left alone.
 
 use std::path::Path;
 
@@ -9,6 +10,12 @@ fn main() -> std::io::Result<()> {
     for target in &memarts_fuzz::TARGETS {
         let dir = root.join(target.name);
         std::fs::create_dir_all(&dir)?;
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("seed-")) {
+                std::fs::remove_file(path)?;
+            }
+        }
         let seeds = (target.seeds)();
         for (i, seed) in seeds.iter().enumerate() {
             (target.check)(seed);

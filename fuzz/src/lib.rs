@@ -42,7 +42,17 @@ mod tests {
     fn committed_corpus_is_current_and_passes() {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
         for target in &super::TARGETS {
-            for (i, seed) in (target.seeds)().iter().enumerate() {
+            let seeds = (target.seeds)();
+            let committed = std::fs::read_dir(root.join(target.name)).unwrap();
+            let names = committed.map(|e| e.unwrap().file_name().into_string().unwrap());
+            let count = names.filter(|name| name.starts_with("seed-")).count();
+            assert_eq!(
+                count,
+                seeds.len(),
+                "corpus/{} is stale: run `cargo run --example seeds`",
+                target.name
+            );
+            for (i, seed) in seeds.iter().enumerate() {
                 (target.check)(seed);
                 let path = root.join(target.name).join(format!("seed-{i:02}"));
                 let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

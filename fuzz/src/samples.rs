@@ -60,6 +60,13 @@ pub fn requests() -> Vec<Request> {
         Request::Delete { url: "file:///tmp/old".into() },
         Request::PutMemartsStart { url: "s3://bucket/scratch/x".into() },
         Request::ReadMemarts { url: "s3://bucket/scratch/x".into() },
+        // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
+        Request::ReadChunk(ChunkRequest {
+            object_size: u64::MAX,
+            chunk_size: u64::MAX - 1,
+            index: 1,
+            ..chunk_request(0)
+        }),
     ]
 }
 
