@@ -3,7 +3,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build test unit e2e lint fmt demo bench clean deps-test
+.PHONY: all build test unit e2e lint fmt demo bench clean deps-test reliability
 
 all: build
 
@@ -52,6 +52,16 @@ bench: deps-test build
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	$(PYTHON) tests/bench/report.py
+
+# The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder
+# (ops/scripts/fuzz.sh, FUZZ_SECONDS per target), then every fault class of RELIABILITY.md against a
+# real fleet with clients verifying every byte; prints the table and writes
+# tests/reliability/results/latest.{json,md}. A short version runs in `make test`.
+FUZZ_SECONDS ?= 45
+reliability: deps-test
+	$(CARGO) build --release --bins
+	bash ops/scripts/fuzz.sh $(FUZZ_SECONDS)
+	RELIABILITY_SCALE=full $(CARGO) test --release --test reliability
 
 clean:
 	$(CARGO) clean
