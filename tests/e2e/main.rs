@@ -16,4 +16,5 @@ mod origin_faults;
 mod protocol_abuse;
 mod reads;
 mod restart;
+mod traced;
 mod upload;
