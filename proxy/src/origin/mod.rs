@@ -17,14 +17,16 @@ mod fault_tests;
 #[cfg(test)]
 pub(crate) mod faulty;
 
+use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures::TryStreamExt;
+use lru::LruCache;
 use memarts_protocol::{ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, OriginKind};
 use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider};
 use object_store::local::LocalFileSystem;
@@ -48,11 +50,19 @@ pub struct OriginStats {
     pub bytes: AtomicU64,
 }
 
+/// S3 clients kept, one per bucket, the least recently used dropped first. Bucket names come from
+/// clients and each client costs about 100 KiB and an idle connection to the endpoint: without a
+/// bound, requests naming ever new buckets grow the proxy without limit (R2).
+const MAX_BUCKET_CLIENTS: usize = 64;
+
 /// Access to every origin a URL can name.
 pub struct Origin {
     cfg: OriginConfig,
     policy: RetryPolicy,
-    buckets: DashMap<String, Arc<dyn ObjectStore>>,
+    /// S3 clients built on demand, at most [`MAX_BUCKET_CLIENTS`].
+    buckets: Mutex<LruCache<String, Arc<dyn ObjectStore>>>,
+    /// Stores a test put in place of S3 clients; never dropped.
+    fixed: DashMap<String, Arc<dyn ObjectStore>>,
     local: Arc<dyn ObjectStore>,
     /// Signs every S3 request (each bucket's client asks it per request, so a provider that re-reads
     /// its file rotates credentials without a restart); `None` means unsigned requests.
@@ -100,7 +110,8 @@ impl Origin {
         Origin {
             policy: RetryPolicy::from_config(&cfg),
             cfg,
-            buckets: DashMap::new(),
+            buckets: Mutex::new(LruCache::new(NonZeroUsize::new(MAX_BUCKET_CLIENTS).expect("non-zero"))),
+            fixed: DashMap::new(),
             local: Arc::new(LocalFileSystem::new()),
             credentials,
             stats: OriginStats::default(),
@@ -115,7 +126,7 @@ impl Origin {
 
     /// Uses `store` for `bucket` instead of building an S3 client (tests: `InMemory`, fault injectors).
     pub fn with_bucket_store(self, bucket: &str, store: Arc<dyn ObjectStore>) -> Origin {
-        self.buckets.insert(bucket.to_string(), store);
+        self.fixed.insert(bucket.to_string(), store);
         self
     }
 
@@ -123,15 +134,40 @@ impl Origin {
         &self.policy
     }
 
+    /// S3 clients held now.
+    #[cfg(test)]
+    fn bucket_clients(&self) -> usize {
+        self.buckets.lock().unwrap().len()
+    }
+
+    /// Keeps at most `n` S3 clients (tests: building one takes tens of milliseconds).
+    #[cfg(test)]
+    fn with_bucket_capacity(self, n: usize) -> Origin {
+        self.buckets.lock().unwrap().resize(NonZeroUsize::new(n).unwrap());
+        self
+    }
+
     fn store_for(&self, url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, OriginError> {
         match url.kind {
             OriginKind::Local => Ok(self.local.clone()),
             OriginKind::S3 => {
-                if let Some(store) = self.buckets.get(&url.bucket) {
+                if let Some(store) = self.fixed.get(&url.bucket) {
+                    return Ok(store.clone());
+                }
+                if !is_bucket_name(&url.bucket) {
+                    // It goes into the request URL as it is: a space or a control character made
+                    // object_store panic building the request, a `#` or `?` named another bucket.
+                    return Err(OriginError::BadRequest(format!(
+                        "bucket name {:?}: only ASCII letters, digits, '.', '-' and '_', at most 255",
+                        url.bucket
+                    )));
+                }
+                let buckets = || self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(store) = buckets().get(&url.bucket) {
                     return Ok(store.clone());
                 }
                 let store = self.build_s3(&url.bucket)?;
-                Ok(self.buckets.entry(url.bucket.clone()).or_insert(store).clone())
+                Ok(buckets().get_or_insert(url.bucket.clone(), || store).clone())
             }
         }
     }
@@ -198,6 +234,13 @@ impl Origin {
         range: Range<u64>,
         etag: &str,
     ) -> Result<Bytes, OriginError> {
+        if !is_header_value(etag) {
+            // object_store would put it in an If-Match header anyway, fail to build the request and
+            // panic signing it (`expect("request valid")`).
+            return Err(OriginError::BadRequest(format!(
+                "ETag {etag:?} cannot be sent in an If-Match header"
+            )));
+        }
         let store = self.store_for(url)?;
         let path = Self::path_of(url)?;
         let want = range.end - range.start;
@@ -425,6 +468,17 @@ impl Upload {
     }
 }
 
+/// Whether `s` can be a bucket name: what S3 (legacy names included), OBS and OSS allow, and
+/// nothing that means something in a URL.
+fn is_bucket_name(s: &str) -> bool {
+    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_".contains(&b))
+}
+
+/// Whether `s` can be an HTTP header value: no control characters (ETags never hold any).
+fn is_header_value(s: &str) -> bool {
+    !s.bytes().any(|b| b.is_ascii_control())
+}
+
 fn entry(url: String, m: &object_store::ObjectMeta) -> ListEntry {
     ListEntry {
         url,
@@ -459,3 +513,55 @@ where
 }
 
 use futures::StreamExt;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An S3 endpoint nothing listens on: these tests never get as far as sending a request.
+    fn unreachable_s3() -> OriginConfig {
+        OriginConfig {
+            endpoint: Some("http://127.0.0.1:9".into()),
+            allow_http: true,
+            max_attempts: 1,
+            ..OriginConfig::default()
+        }
+    }
+
+    /// Found by the reliability campaign's fuzzer: a chunk request whose ETag held a control
+    /// character made object_store panic while signing the GET, killing the task serving the read.
+    #[tokio::test]
+    async fn an_etag_no_header_can_carry_is_a_bad_request_not_a_panic() {
+        let origin = Origin::new(unreachable_s3(), Some(("id".into(), "secret".into(), None)));
+        let url = ObjectUrl::parse("s3://b/k").unwrap();
+        for etag in ["\"abc\n\"", "\"a\u{1}\"", "\"\u{7f}\""] {
+            let err = origin.get_range(&url, 0..10, etag).await.unwrap_err();
+            assert!(matches!(err, OriginError::BadRequest(_)), "{etag:?}: {err}");
+        }
+    }
+
+    /// Found by the reliability campaign's fuzzer: a bucket name with a space or a control character
+    /// made object_store panic building the request (and one with `#` or `?` named another bucket).
+    #[tokio::test]
+    async fn a_bucket_name_a_url_cannot_carry_is_a_bad_request_not_a_panic() {
+        let origin = Origin::new(unreachable_s3(), Some(("id".into(), "secret".into(), None)));
+        for bucket in ["a b", "a\u{1}b", "a#b", "a?b", "a/b%", "ünï"] {
+            let url = ObjectUrl { kind: OriginKind::S3, bucket: bucket.into(), key: "k".into() };
+            let err = origin.head(&url).await.unwrap_err();
+            assert!(matches!(err, OriginError::BadRequest(_)), "{bucket:?}: {err}");
+        }
+    }
+
+    /// Found by the reliability campaign's fuzzer: every new bucket name a client sent kept an S3
+    /// client (about 100 KiB and an idle connection) for the life of the proxy.
+    #[test]
+    fn bucket_clients_are_bounded_whatever_buckets_clients_name() {
+        let origin = Origin::new(unreachable_s3(), None).with_bucket_capacity(4);
+        for i in 0..12 {
+            origin.store_for(&ObjectUrl::parse(&format!("s3://bucket-{i}/k")).unwrap()).unwrap();
+        }
+        assert_eq!(origin.bucket_clients(), 4);
+        // The most recently used are kept.
+        assert!(origin.buckets.lock().unwrap().contains("bucket-11"));
+    }
+}
