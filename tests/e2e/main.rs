@@ -12,6 +12,7 @@ mod credentials;
 mod engine_fallback;
 mod fork;
 mod memarts_only;
+mod origin_errors;
 mod origin_faults;
 mod protocol_abuse;
 mod reads;

@@ -407,8 +407,8 @@ impl Cache {
                 meta,
                 Some(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false }),
             ))),
-            // Gone is gone: no need to ask again with a HEAD.
-            Err(e) if e.code == ErrorCode::NotFound => Some(Err(e)),
+            // Gone is gone, refused is refused (O3: never retried): no need to ask again with a HEAD.
+            Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::PermissionDenied) => Some(Err(e)),
             Err(_) => None,
         }
     }

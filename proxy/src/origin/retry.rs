@@ -166,8 +166,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn never_retries_not_found_or_stale() {
-        for err in [OriginError::NotFound("k".into()), OriginError::Stale("k".into())] {
+    async fn never_retries_not_found_stale_or_refused() {
+        for err in [
+            OriginError::NotFound("k".into()),
+            OriginError::Stale("k".into()),
+            OriginError::PermissionDenied("k".into()),
+            OriginError::Credentials("expired".into()),
+            OriginError::BadRequest("k".into()),
+        ] {
             let calls = AtomicU32::new(0);
             let kind = std::mem::discriminant(&err);
             let err = std::sync::Mutex::new(Some(err));
@@ -205,6 +211,25 @@ mod tests {
             .await;
         assert!(matches!(out, Err(OriginError::Failed(ref m)) if m.contains("gave up after 4")), "{out:?}");
         assert_eq!(calls.load(Ordering::SeqCst), 4);
+    }
+
+    /// O1: the sleep before retry n is uniform in [0, min(cap, base * 2^n)]: it grows, stops at the
+    /// cap, and is jittered (retries of many clients do not come back in step).
+    #[test]
+    fn backoff_is_exponential_capped_and_jittered() {
+        let p = RetryPolicy { base: Duration::from_millis(10), cap: Duration::from_millis(300), ..policy() };
+        for retry in 1..12u32 {
+            let ceiling = Duration::from_millis(10 * (1 << retry)).min(p.cap);
+            let samples: Vec<Duration> = (0..2000).map(|_| p.backoff(retry)).collect();
+            let max = *samples.iter().max().unwrap();
+            let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
+            let distinct: std::collections::BTreeSet<_> = samples.iter().collect();
+            assert!(max <= ceiling, "retry {retry}: slept {max:?}, over {ceiling:?}");
+            assert!(max >= ceiling.mul_f64(0.9), "retry {retry}: never near the ceiling {ceiling:?}");
+            assert!(distinct.len() > 1000, "retry {retry}: no jitter");
+            let half = ceiling / 2;
+            assert!(mean > half.mul_f64(0.85) && mean < half.mul_f64(1.15), "retry {retry}: mean {mean:?}");
+        }
     }
 
     #[test]
