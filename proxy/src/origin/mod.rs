@@ -158,7 +158,8 @@ impl Origin {
                     // It goes into the request URL as it is: a space or a control character made
                     // object_store panic building the request, a `#` or `?` named another bucket.
                     return Err(OriginError::BadRequest(format!(
-                        "bucket name {:?}: only ASCII letters, digits, '.', '-' and '_', at most 255",
+                        "bucket name {:?}: ASCII letters, digits, '.', '-' and '_', starting and ending \
+                         with a letter or digit, at most 255",
                         url.bucket
                     )));
                 }
@@ -469,9 +470,13 @@ impl Upload {
 }
 
 /// Whether `s` can be a bucket name: what S3 (legacy names included), OBS and OSS allow, and
-/// nothing that means something in a URL.
+/// nothing that means something in a URL (`..` as a bucket would name the next path segment).
 fn is_bucket_name(s: &str) -> bool {
-    (1..=255).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_".contains(&b))
+    let edge = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+    s.len() <= 255
+        && edge(s.as_bytes().first())
+        && edge(s.as_bytes().last())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b".-_".contains(&b))
 }
 
 /// Whether `s` can be an HTTP header value: no control characters (ETags never hold any).
@@ -541,11 +546,11 @@ mod tests {
     }
 
     /// Found by the reliability campaign's fuzzer: a bucket name with a space or a control character
-    /// made object_store panic building the request (and one with `#` or `?` named another bucket).
+    /// made object_store panic building the request (and `#`, `?` or `..` named another bucket).
     #[tokio::test]
     async fn a_bucket_name_a_url_cannot_carry_is_a_bad_request_not_a_panic() {
         let origin = Origin::new(unreachable_s3(), Some(("id".into(), "secret".into(), None)));
-        for bucket in ["a b", "a\u{1}b", "a#b", "a?b", "a/b%", "ünï"] {
+        for bucket in ["a b", "a\u{1}b", "a#b", "a?b", "a/b%", "ünï", "..", ".", "-a", "a."] {
             let url = ObjectUrl { kind: OriginKind::S3, bucket: bucket.into(), key: "k".into() };
             let err = origin.head(&url).await.unwrap_err();
             assert!(matches!(err, OriginError::BadRequest(_)), "{bucket:?}: {err}");
