@@ -17,5 +17,6 @@ mod origin_faults;
 mod protocol_abuse;
 mod reads;
 mod restart;
+mod secrets;
 mod traced;
 mod upload;

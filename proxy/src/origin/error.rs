@@ -52,9 +52,72 @@ impl OriginError {
             E::NotSupported { source } => OriginError::BadRequest(source.to_string()),
             E::Generic { store, source } => match source.downcast::<CredentialsError>() {
                 Ok(e) => OriginError::from(*e),
-                Err(source) => OriginError::Failed(E::Generic { store, source }.to_string()),
+                Err(source) => OriginError::Failed(without_body(&E::Generic { store, source }.to_string())),
             },
-            other => OriginError::Failed(other.to_string()),
+            other => OriginError::Failed(without_body(&other.to_string())),
+        }
+    }
+}
+
+/// An error message of object_store with the response body it ends with cut down to the S3 error's
+/// `<Code>` and `<Message>`. S3 echoes credentials in some error bodies (S4): `ExpiredToken` and
+/// `InvalidToken` carry the session token (`<Token-0>`), `SignatureDoesNotMatch` the canonical
+/// request, `x-amz-security-token` header included; these messages go to clients and to logs.
+fn without_body(message: &str) -> String {
+    // object_store ends a message with `... non-2xx status code: 400 Bad Request: <body>` or
+    // `... error response: <body>`.
+    let body_at = match (message.find("non-2xx status code: "), message.find("error response: ")) {
+        (Some(at), _) => message[at..].find(": ").and_then(|i| {
+            let status = at + i + 2;
+            message[status..].find(": ").map(|j| status + j + 2)
+        }),
+        (None, Some(at)) => Some(at + "error response: ".len()),
+        (None, None) => None,
+    };
+    let Some(body_at) = body_at else { return message.to_string() };
+    let body = &message[body_at..];
+    let element = |name: &str| {
+        let (_, rest) = body.split_once(&format!("<{name}>"))?;
+        rest.split_once(&format!("</{name}>")).map(|(value, _)| value)
+    };
+    let summary = match (element("Code"), element("Message")) {
+        (Some(code), Some(text)) => format!("{code}: {text}"),
+        (Some(code), None) => code.to_string(),
+        _ if body.trim().is_empty() => String::new(),
+        _ => format!("(a body of {} bytes, not shown)", body.len()),
+    };
+    format!("{}{summary}", &message[..body_at])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_body;
+
+    #[test]
+    fn error_bodies_keep_their_code_and_message_and_nothing_they_echo() {
+        let head = "Generic S3 error: Error performing GET http://h/b/k in 2ms - Server returned";
+        let cases = [
+            (
+                format!(
+                    "{head} non-2xx status code: 400 Bad Request: <Error><Code>ExpiredToken</Code>\
+                     <Message>The provided token has expired.</Message><Token-0>TOKEN</Token-0></Error>"
+                ),
+                format!("{head} non-2xx status code: 400 Bad Request: ExpiredToken: The provided token has expired."),
+            ),
+            (
+                format!("{head} error response: <Error><CanonicalRequest>x-amz-security-token:TOKEN</CanonicalRequest><Code>SignatureDoesNotMatch</Code></Error>"),
+                format!("{head} error response: SignatureDoesNotMatch"),
+            ),
+            (
+                format!("{head} non-2xx status code: 502 Bad Gateway: authorization: TOKEN"),
+                format!("{head} non-2xx status code: 502 Bad Gateway: (a body of 20 bytes, not shown)"),
+            ),
+            (format!("{head} non-2xx status code: 503 Service Unavailable: "), format!("{head} non-2xx status code: 503 Service Unavailable: ")),
+            ("connection reset by peer".to_string(), "connection reset by peer".to_string()),
+        ];
+        for (message, want) in cases {
+            assert_eq!(without_body(&message), want);
+            assert!(!without_body(&message).contains("TOKEN"));
         }
     }
 }
