@@ -89,6 +89,19 @@ fn without_body(message: &str) -> String {
     format!("{}{summary}", &message[..body_at])
 }
 
+impl From<OriginError> for WireError {
+    fn from(e: OriginError) -> WireError {
+        let code = match &e {
+            OriginError::NotFound(_) => ErrorCode::NotFound,
+            OriginError::Stale(_) => ErrorCode::Stale,
+            OriginError::PermissionDenied(_) | OriginError::Credentials(_) => ErrorCode::PermissionDenied,
+            OriginError::BadRequest(_) => ErrorCode::BadRequest,
+            OriginError::Malformed(_) | OriginError::Failed(_) => ErrorCode::OriginError,
+        };
+        WireError::new(code, e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::without_body;
@@ -119,18 +132,5 @@ mod tests {
             assert_eq!(without_body(&message), want);
             assert!(!without_body(&message).contains("TOKEN"));
         }
-    }
-}
-
-impl From<OriginError> for WireError {
-    fn from(e: OriginError) -> WireError {
-        let code = match &e {
-            OriginError::NotFound(_) => ErrorCode::NotFound,
-            OriginError::Stale(_) => ErrorCode::Stale,
-            OriginError::PermissionDenied(_) | OriginError::Credentials(_) => ErrorCode::PermissionDenied,
-            OriginError::BadRequest(_) => ErrorCode::BadRequest,
-            OriginError::Malformed(_) | OriginError::Failed(_) => ErrorCode::OriginError,
-        };
-        WireError::new(code, e.to_string())
     }
 }
