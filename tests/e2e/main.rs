@@ -11,6 +11,7 @@ mod consistency;
 mod credentials;
 mod engine_fallback;
 mod fork;
+mod lifecycle;
 mod memarts_only;
 mod origin_errors;
 mod origin_faults;
