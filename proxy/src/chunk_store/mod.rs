@@ -23,6 +23,8 @@ mod uring_ring;
 mod conformance;
 #[cfg(test)]
 mod conformance_store;
+#[cfg(test)]
+mod crash_tests;
 
 pub use engine::{select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, DEFAULT_URING_ENTRIES};
 pub use format::{FormatError, Header};

@@ -1,0 +1,169 @@
+//! I5: a chunk becomes visible only whole. A `put` is stopped for good at each of its steps (the
+//! process dies there): nothing is visible under the chunk's name, and the next `open` of the store
+//! removes the half-written temp file. Readers racing with writers of the same chunk never see a
+//! torn file.
+
+use std::fs;
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::conformance::pattern;
+use super::{BoxFuture, ChunkKey, ChunkStore, IoEngine, PreadEngine, StoreError};
+
+fn key() -> ChunkKey {
+    ChunkKey {
+        origin: "s3|http://127.0.0.1:9000".into(),
+        bucket: "train".into(),
+        key: "crash".into(),
+        etag: "\"0123abcd\"".into(),
+        chunk_size: 1 << 20,
+        index: 2,
+    }
+}
+
+/// The pread engine, except that operation number `stop_at` (write_at and fsync calls, counted in
+/// call order) never completes: a write writes half its bytes first. `reached` is notified when it
+/// gets there.
+struct StopsAt {
+    stop_at: usize,
+    calls: AtomicUsize,
+    reached: Arc<Notify>,
+}
+
+impl StopsAt {
+    fn stop_here(&self) -> bool {
+        self.calls.fetch_add(1, Ordering::SeqCst) == self.stop_at
+    }
+
+    fn forever<T: 'static>(&self, before: impl Future<Output = ()> + Send + 'static) -> BoxFuture<T> {
+        let reached = Arc::clone(&self.reached);
+        Box::pin(async move {
+            before.await;
+            reached.notify_one();
+            std::future::pending::<T>().await
+        })
+    }
+}
+
+impl IoEngine for StopsAt {
+    fn read_at(&self, file: Arc<fs::File>, offset: u64, len: usize) -> BoxFuture<io::Result<Vec<u8>>> {
+        PreadEngine.read_at(file, offset, len)
+    }
+
+    fn write_at(&self, file: Arc<fs::File>, offset: u64, data: Bytes) -> BoxFuture<io::Result<()>> {
+        if !self.stop_here() {
+            return PreadEngine.write_at(file, offset, data);
+        }
+        let half = PreadEngine.write_at(file, offset, data.slice(..data.len() / 2));
+        self.forever(async move {
+            half.await.unwrap();
+        })
+    }
+
+    fn fsync(&self, file: Arc<fs::File>, data_only: bool) -> BoxFuture<io::Result<()>> {
+        if !self.stop_here() {
+            return PreadEngine.fsync(file, data_only);
+        }
+        self.forever(async {})
+    }
+
+    fn name(&self) -> &'static str {
+        "stops-at"
+    }
+}
+
+fn temp_files(root: &std::path::Path) -> usize {
+    fs::read_dir(root.join("v1/tmp")).unwrap().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_stopped_at_any_step_leaves_nothing_visible_and_its_temp_file_goes_at_the_next_open() {
+    let data = Bytes::from(pattern(300_000, 42));
+    // Operations of a durable put, in call order: header write, data write, fsync.
+    for (stop_at, step) in ["the header write", "the data write", "the fsync"].into_iter().enumerate() {
+        let root = tempfile::tempdir().unwrap();
+        let reached = Arc::new(Notify::new());
+        let engine = StopsAt { stop_at, calls: AtomicUsize::new(0), reached: Arc::clone(&reached) };
+        let store = Arc::new(ChunkStore::open(root.path(), Arc::new(engine)).unwrap());
+        let put = {
+            let (store, data) = (Arc::clone(&store), data.clone());
+            tokio::spawn(async move { store.put(&key(), data, 0, true).await })
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), reached.notified())
+            .await
+            .unwrap_or_else(|_| panic!("the put never reached {step}"));
+        // Stopped there: the chunk is not visible, in any way a reader or a rebuild could find it.
+        assert!(store.get(&key()).await.unwrap().is_none(), "stopped at {step}: the chunk is visible");
+        assert!(!store.path_of(key().id()).exists(), "stopped at {step}: a file has the chunk's name");
+        assert_eq!(store.scan().count(), 0, "stopped at {step}: a scan finds a chunk");
+        assert_eq!(temp_files(root.path()), 1, "stopped at {step}: the temp file holds the bytes so far");
+        // The process dies here: nothing of the put runs any more.
+        put.abort();
+        assert!(put.await.unwrap_err().is_cancelled());
+        drop(store);
+
+        // The next start: the leftover goes, the chunk is absent, and it can be written whole.
+        let store = ChunkStore::open(root.path(), Arc::new(PreadEngine)).unwrap();
+        assert_eq!(temp_files(root.path()), 0, "stopped at {step}: the temp file outlived a restart");
+        assert!(store.get(&key()).await.unwrap().is_none());
+        store.put(&key(), data.clone(), 0, true).await.unwrap();
+        let chunk = store.get(&key()).await.unwrap().expect("written again");
+        assert!(store.read_verified(&chunk).await.unwrap() == data);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn readers_racing_with_writers_of_a_chunk_see_one_whole_version_or_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let store = Arc::new(ChunkStore::open(root.path(), Arc::new(PreadEngine)).unwrap());
+    let versions: Arc<Vec<Bytes>> =
+        Arc::new((0..4).map(|v| Bytes::from(pattern(200_000, 100 + v))).collect());
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let (store, versions) = (Arc::clone(&store), Arc::clone(&versions));
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    store.put(&key(), versions[(w + i) % versions.len()].clone(), 0, false).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, versions) = (Arc::clone(&store), Arc::clone(&versions));
+            tokio::spawn(async move {
+                let mut whole = 0;
+                for _ in 0..200 {
+                    let chunk = match store.get(&key()).await {
+                        Ok(Some(chunk)) => chunk,
+                        Ok(None) => continue,
+                        Err(e) => panic!("a reader met a torn chunk file: {e}"),
+                    };
+                    match store.read_verified(&chunk).await {
+                        Ok(got) => {
+                            assert!(versions.iter().any(|v| *v == got), "a reader got bytes of no version");
+                            whole += 1;
+                        }
+                        Err(e @ StoreError::Corrupt { .. }) => panic!("a reader met a torn chunk file: {e}"),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+                whole
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let mut whole = 0;
+    for r in readers {
+        whole += r.await.unwrap();
+    }
+    assert!(whole > 0, "no reader ever saw the chunk");
+    assert_eq!(temp_files(root.path()), 0);
+}
