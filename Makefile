@@ -10,11 +10,13 @@ all: build
 build:
 	$(CARGO) build --release --bins
 
-# Everything the tests need beyond Rust: a real S3-protocol server (moto) on loopback, pytest, the
+# Everything the tests need beyond Rust: strace (Debian package), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
 # DataLoader and checkpoint tests. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
 PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch
 deps-test:
+	@command -v strace >/dev/null || { echo "installing strace (the D1/S1 tests read system call order from it)"; \
+		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
 	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
