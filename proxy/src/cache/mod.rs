@@ -5,6 +5,8 @@
 //! many readers wait for it; the bytes go to every waiter and then to disk). A chunk that fails a
 //! check is dropped, counted, and fetched again: bad bytes are never served.
 
+#[cfg(test)]
+mod disk_fault_tests;
 mod flight;
 mod index;
 mod meta;
