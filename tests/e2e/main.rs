@@ -8,6 +8,7 @@ mod cache_hits;
 mod capacity;
 mod cli_data;
 mod consistency;
+mod crash_leftovers;
 mod credentials;
 mod engine_fallback;
 mod fork;

@@ -2,19 +2,13 @@
 //! get a typed error and a closed connection, and the proxy goes on serving everyone else.
 
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use memarts_protocol::{frame, ErrorCode, Hello, Limits, Request, Response, PROTOCOL_VERSION};
 
+use crate::common::raw::{as_other_user, files_below, hello, open_to_other_users, read_response, rss_kib};
 use crate::common::{moto, pattern, Fleet};
-
-/// Reads one response frame, or `None` if the proxy closed the connection first.
-fn read_response(s: &mut UnixStream) -> Option<Response> {
-    frame::read_sync::<Response, _>(s, Limits::RESPONSE).ok().map(|(_, r)| r)
-}
 
 fn assert_closed(s: &mut UnixStream) {
     let mut buf = [0u8; 16];
@@ -23,11 +17,6 @@ fn assert_closed(s: &mut UnixStream) {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
         other => panic!("connection still open after a bad frame: {other:?}"),
     }
-}
-
-fn hello() -> Vec<u8> {
-    frame::encode(&Request::Hello(Hello { protocol_version: PROTOCOL_VERSION, client: "raw".into() }), 0)
-        .unwrap()
 }
 
 fn expect_bad_request(s: &mut UnixStream, what: &str) {
@@ -102,36 +91,9 @@ fn bad_frames_get_a_typed_error_and_a_closed_connection_and_others_are_unaffecte
 
 #[test]
 fn a_client_of_another_uid_is_refused_before_any_frame_is_parsed() {
-    assert!(
-        nix::unistd::geteuid().is_root(),
-        "this test switches to uid 65534 to act as another user and must run as root (CI does)"
-    );
     let fleet = Fleet::start(1, &[]);
-    let sock = fleet.run_dir.join("proxy-0.sock");
-    // The run dir (0700) and socket (0600) already keep other users out; open them up so that the
-    // SO_PEERCRED check is the line being tested.
-    std::fs::set_permissions(&fleet.run_dir, std::fs::Permissions::from_mode(0o711)).unwrap();
-    std::fs::set_permissions(fleet.dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
-    let script = "import socket,sys\n\
-        s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(bytes.fromhex(sys.argv[2]))\n\
-        data=b''\n\
-        while True:\n    d=s.recv(65536)\n    if not d: break\n    data+=d\n\
-        print(data.hex())\n";
-    let mut cmd = std::process::Command::new("python3");
-    cmd.args(["-c", script, &sock.display().to_string(), &hex(&hello())]);
-    // SAFETY: setgid/setuid in the child before exec; they only change the child's credentials.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::unistd::setgroups(&[]).map_err(std::io::Error::from)?;
-            nix::unistd::setgid(nix::unistd::Gid::from_raw(65534)).map_err(std::io::Error::from)?;
-            nix::unistd::setuid(nix::unistd::Uid::from_raw(65534)).map_err(std::io::Error::from)?;
-            Ok(())
-        });
-    }
-    let out = cmd.output().unwrap();
-    assert!(out.status.success(), "client as uid 65534 failed: {}", String::from_utf8_lossy(&out.stderr));
-    let bytes = unhex(String::from_utf8_lossy(&out.stdout).trim());
+    let sock = open_to_other_users(&fleet);
+    let bytes = as_other_user(&sock, &hello()).expect("uid 65534 connects once the socket is open to it");
     let mut r: &[u8] = &bytes;
     let (_, resp): (_, Response) = frame::read_sync(&mut r, Limits::RESPONSE).expect("one typed frame");
     match resp {
@@ -139,21 +101,6 @@ fn a_client_of_another_uid_is_refused_before_any_frame_is_parsed() {
         other => panic!("uid 65534 got {other:?}"),
     }
     assert!(r.is_empty(), "nothing but the refusal was sent");
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
-}
-
-/// Resident memory of a process, KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -255,22 +202,6 @@ fn a_client_idle_for_longer_than_the_io_timeout_is_still_served() {
     // timeout: the next request is served, not refused as a frame that "did not arrive in time".
     std::thread::sleep(Duration::from_millis(800));
     assert_eq!(client.read(&url).unwrap(), want);
-}
-
-/// Every file below `dir`, recursively.
-fn files_below(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -3,6 +3,7 @@
 pub mod fault_relay;
 pub mod fleet;
 pub mod moto;
+pub mod raw;
 
 pub use fleet::{pattern, text, Fleet};
 pub use moto::moto;
