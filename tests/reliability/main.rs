@@ -78,7 +78,8 @@ fn fuzz_rows() -> Vec<Row> {
         .iter()
         .map(|t| {
             let name = t["target"].as_str().unwrap_or("?");
-            let mut row = Row::new("protocol", &format!("cargo-fuzz `{name}` (coverage-guided decoder fuzzing)"));
+            let mut row =
+                Row::new("protocol", &format!("cargo-fuzz `{name}` (coverage-guided decoder fuzzing)"));
             row.injected = t["executions"].as_u64().unwrap_or(0);
             let crashes = t["crashes"].as_u64().unwrap_or(0);
             row.detected = crashes;

@@ -206,7 +206,10 @@ fn down(scale: Scale) -> Row {
     }
     fill(&mut row, &tally);
     if slowest >= client.config().deadline {
-        row.violate(format!("a miss took {slowest:?} to fail, past the {:?} deadline", client.config().deadline));
+        row.violate(format!(
+            "a miss took {slowest:?} to fail, past the {:?} deadline",
+            client.config().deadline
+        ));
     }
     row.injected = 1;
     row.detected = 1;
@@ -253,8 +256,11 @@ fn rotated_credentials(scale: Scale) -> Row {
     };
     relay.allow_keys(valid(&keys));
     let file_env = file.display().to_string();
-    let (_cfg, fleet) =
-        fleet_behind(&relay, "", &[("MEMARTS_CREDENTIALS_FILE", &file_env), ("MEMARTS_CACHE_CAPACITY", "64MiB")]);
+    let (_cfg, fleet) = fleet_behind(
+        &relay,
+        "",
+        &[("MEMARTS_CREDENTIALS_FILE", &file_env), ("MEMARTS_CACHE_CAPACITY", "64MiB")],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
     let until = Instant::now() + Duration::from_secs(scale.pick(12, 40));
@@ -277,7 +283,8 @@ fn rotated_credentials(scale: Scale) -> Row {
     stop_readers(&stop, handles);
     fill(&mut row, &tally);
     let seen = relay.keys_seen();
-    row.detected = keys.iter().skip(1).take(row.injected as usize).filter(|(k, _)| seen.contains(k)).count() as u64;
+    row.detected =
+        keys.iter().skip(1).take(row.injected as usize).filter(|(k, _)| seen.contains(k)).count() as u64;
     if relay.refused_keys() > 0 {
         row.note = format!("{} requests were refused for an expired key; ", relay.refused_keys());
     }
