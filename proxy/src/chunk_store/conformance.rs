@@ -161,4 +161,6 @@ conformance! {
     super::store_cases::scan_finds_exactly_the_chunks_put => store_scan_finds_exactly_the_chunks_put,
     super::store_cases::concurrent_puts_of_one_key => store_concurrent_puts_of_one_key,
     super::store_cases::oversized_key_is_refused => store_oversized_key_is_refused,
+    super::store_cases::non_file_at_chunk_path_is_corrupt_and_removed =>
+        store_non_file_at_chunk_path_is_corrupt_and_removed,
 }

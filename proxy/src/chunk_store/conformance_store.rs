@@ -220,3 +220,34 @@ pub(super) async fn oversized_key_is_refused(engine: Arc<dyn IoEngine>) {
     assert!(matches!(result, Err(StoreError::KeyTooLarge { .. })), "{result:?}");
     assert_eq!(store.scan().count(), 0);
 }
+
+/// Something other than a regular file where a chunk file should be — a directory, a named pipe, a
+/// symlink to a directory — is corrupt: reported at once (opening a pipe would wait for a writer
+/// forever), removed, and the chunk can be stored there again.
+pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+    for kind in ["directory", "named pipe", "symlink to a directory"] {
+        let root = tempfile::tempdir().unwrap();
+        let (store, k, path) = stored(root.path(), &engine).await;
+        fs::remove_file(&path).unwrap();
+        match kind {
+            "directory" => {
+                fs::create_dir(&path).unwrap();
+                fs::write(path.join("inside"), b"foreign").unwrap();
+            }
+            "named pipe" => nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            _ => std::os::unix::fs::symlink(root.path(), &path).unwrap(),
+        }
+        let Ok(got) = tokio::time::timeout(std::time::Duration::from_secs(5), store.get(&k)).await else {
+            // Let an open blocked on the pipe return, so the runtime can shut down.
+            use std::os::unix::fs::OpenOptionsExt;
+            let _ = OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&path);
+            panic!("get of a {kind} did not return");
+        };
+        assert_corrupt(got);
+        assert!(fs::symlink_metadata(&path).is_err(), "the {kind} was removed");
+        assert!(root.path().join("v1").is_dir(), "a symlink's target is left alone");
+        store.put(&k, Bytes::from(pattern(5000, 5)), 0, false).await.unwrap();
+        let chunk = store.get(&k).await.unwrap().expect("stored again");
+        assert!(store.read_verified(&chunk).await.unwrap() == pattern(5000, 5));
+    }
+}

@@ -170,20 +170,44 @@ impl ChunkStore {
     }
 
     /// Opens the chunk `key` and checks its header (identity and length) without reading
-    /// the data. `None` when absent. An invalid file is removed and reported as `Corrupt`.
+    /// the data. `None` when absent. An invalid file, or anything but a regular file at its path, is
+    /// removed and reported as `Corrupt`.
     pub async fn get(&self, key: &ChunkKey) -> Result<Option<CachedChunk>, StoreError> {
         let id = key.id();
         let path = self.path_of(id);
-        let opened = run_blocking(move || match File::open(path) {
-            Ok(file) => {
-                let len = file.metadata()?.len();
-                Ok(Some((file, len)))
+        let opened = run_blocking(move || {
+            // Only a regular file can be a chunk. Anything else at its path (a directory, a named
+            // pipe, whose open would wait for a writer forever) would keep the chunk out of the cache
+            // for good: it is removed, so the chunk can be stored again.
+            match fs::metadata(&path) {
+                Ok(meta) if !meta.is_file() => {
+                    let what = describe(meta.file_type());
+                    remove_entry(&path)?;
+                    return Ok(Err(what));
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
+                Err(e) => return Err(e),
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
+            match File::open(path) {
+                Ok(file) => {
+                    let len = file.metadata()?.len();
+                    Ok(Ok(Some((file, len))))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Ok(None)),
+                Err(e) => Err(e),
+            }
         })
         .await?;
-        let Some((file, file_len)) = opened else { return Ok(None) };
+        let (file, file_len) = match opened {
+            Ok(Some(opened)) => opened,
+            Ok(None) => return Ok(None),
+            Err(what) => {
+                let reason = format!("{what} where the chunk file should be (removed)");
+                tracing::warn!(%id, %reason, "removing a foreign entry at a chunk's path");
+                return Err(StoreError::Corrupt { id, reason });
+            }
+        };
         let file = Arc::new(file);
         match self.read_header(&file, file_len).await {
             Ok(Ok(header)) if !header.matches(key) => {
@@ -299,8 +323,35 @@ impl std::fmt::Debug for ChunkStore {
     }
 }
 
-/// Renames the finished temp file into place, creating the fan-out directories; with
-/// `durable`, fsyncs the destination directory and the parents of directories it created.
+/// What a non-regular file is, for a log line.
+fn describe(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a named pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device node"
+    } else {
+        "something other than a regular file"
+    }
+}
+
+/// Removes the entry `path` itself (a symlink, not its target; a directory with what it holds).
+fn remove_entry(path: &Path) -> io::Result<()> {
+    let removed = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
 /// Whether the process that named temp file `name` (`<id>.<pid>.<serial>.tmp`) still runs. Names
 /// of another form count as dead (foreign or from an older layout).
 fn writer_alive(name: &str) -> bool {
@@ -315,6 +366,8 @@ fn writer_alive(name: &str) -> bool {
     }
 }
 
+/// Renames the finished temp file into place, creating the fan-out directories; with
+/// `durable`, fsyncs the destination directory and the parents of directories it created.
 fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
     let leaf = dest.parent().unwrap_or(chunks);
     let middle = leaf.parent().unwrap_or(chunks);
