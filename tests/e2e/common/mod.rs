@@ -4,6 +4,7 @@ pub mod fault_relay;
 pub mod fleet;
 pub mod moto;
 pub mod raw;
+pub mod seccomp;
 
 pub use fleet::{pattern, text, Fleet};
 pub use moto::moto;
