@@ -206,15 +206,22 @@ impl OnlyStore {
     /// The object at `url`, its header verified (the data is checked by whoever reads it). Blocking.
     pub fn get(&self, url: &ObjectUrl) -> Result<Option<Stored>, OnlyError> {
         let text = url.to_string();
-        let file = match File::open(self.path_of(&text)) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        let file_len = file.metadata()?.len();
+        // Non-blocking, so that a named pipe at the path cannot hang the open waiting for a writer;
+        // whatever is there must then prove to be a regular file.
+        let file =
+            match OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(self.path_of(&text)) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(e.into()),
+            };
+        let corrupt = |why: String| OnlyError::Corrupt { url: text.clone(), why };
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(corrupt(format!("not a regular file at its path ({:?})", meta.file_type())));
+        }
+        let file_len = meta.len();
         let mut head = vec![0u8; (FIXED + MAX_URL_LEN + 4).min(file_len as usize)];
         file.read_exact_at(&mut head, 0)?;
-        let corrupt = |why: String| OnlyError::Corrupt { url: text.clone(), why };
         let (offset, len, crc, stored_url) = decode(&head).map_err(corrupt)?;
         if stored_url != text {
             return Err(corrupt(format!("file holds {stored_url}")));
@@ -283,6 +290,28 @@ mod tests {
         assert_eq!(store.commit(store.begin(&url).unwrap()).unwrap(), 0);
         let s = store.get(&url).unwrap().expect("the empty object is there");
         assert_eq!((s.len, s.crc32c), (0, crc32c(b"")));
+    }
+
+    /// A named pipe at an object's path used to hang `get` in its open, waiting for a writer; it and
+    /// a directory are now a typed `Corrupt`, at once.
+    #[test]
+    fn a_pipe_or_a_directory_at_an_objects_path_is_corrupt_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OnlyStore::open(dir.path(), None).unwrap();
+        let (pipe, folder) =
+            (ObjectUrl::parse("obs://b/pipe").unwrap(), ObjectUrl::parse("obs://b/dir").unwrap());
+        let pipe_path = store.path_of(&pipe.to_string());
+        fs::create_dir_all(pipe_path.parent().unwrap()).unwrap();
+        nix::unistd::mkfifo(&pipe_path, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let folder_path = store.path_of(&folder.to_string());
+        fs::create_dir_all(&folder_path).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let outcomes = [&pipe, &folder].map(|u| matches!(store.get(u), Err(OnlyError::Corrupt { .. })));
+            let _ = tx.send(outcomes);
+        });
+        let outcomes = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("get hung on a named pipe");
+        assert_eq!(outcomes, [true, true]);
     }
 
     #[test]
