@@ -80,7 +80,7 @@ impl Uploads {
                 self.current = Some(Current { url, target: Target::Only { store, writer: Some(writer) } });
                 Response::PutAck { received: 0 }
             }
-            Err(e) => error(no_space_or_internal(&e), format!("memarts-only object: {e}")),
+            Err(e) => Response::Error(only_io(&e, &url)),
         }
     }
 
@@ -106,8 +106,7 @@ impl Uploads {
                     Ok((w, r)) => {
                         let written = w.written();
                         *writer = Some(w);
-                        r.map(|()| written)
-                            .map_err(|e| WireError::new(no_space_or_internal(&e), e.to_string()))
+                        r.map(|()| written).map_err(|e| only_io(&e, &cur.url))
                     }
                     Err(e) => Err(WireError::new(ErrorCode::Internal, e.to_string())),
                 }
@@ -169,9 +168,7 @@ impl Uploads {
                         ErrorCode::NoSpace,
                         format!("memarts-only quota: {need} more bytes do not fit ({used} of {quota} used)"),
                     ),
-                    Ok(Err(OnlyError::Io(e))) => {
-                        error(no_space_or_internal(&e), format!("memarts-only object: {e}"))
-                    }
+                    Ok(Err(OnlyError::Io(e))) => Response::Error(only_io(&e, &url)),
                     Ok(Err(e)) => error(ErrorCode::Internal, e.to_string()),
                     Err(e) => error(ErrorCode::Internal, e.to_string()),
                 }
@@ -190,9 +187,18 @@ impl Uploads {
     }
 }
 
-fn no_space_or_internal(e: &std::io::Error) -> ErrorCode {
+/// A failed write of a memarts-only object: `NoSpace` when the cache disk is full (logged, with what
+/// the operator can do), else `Internal`.
+fn only_io(e: &std::io::Error, url: &impl std::fmt::Display) -> WireError {
     match e.raw_os_error() {
-        Some(libc::ENOSPC | libc::EDQUOT) => ErrorCode::NoSpace,
-        _ => ErrorCode::Internal,
+        Some(libc::ENOSPC | libc::EDQUOT) => {
+            let msg = format!(
+                "write_memarts {url}: the cache disk is full ({e}); memarts-only objects are never \
+                 evicted to make room, so delete some or give the cache more disk"
+            );
+            tracing::warn!("{msg}");
+            WireError::new(ErrorCode::NoSpace, msg)
+        }
+        _ => WireError::new(ErrorCode::Internal, format!("write_memarts {url}: {e}")),
     }
 }
