@@ -10,7 +10,8 @@
 # the path of CI machines, which have only stable; it builds and runs with AddressSanitizer as it is.
 # Should an ASan build ever fail on that path, the script builds again with `--sanitizer none` (the
 # coverage guidance and the Rust checks, overflow checks included, stay) and records so in fuzz.json.
-# A first build compiles the proxy and its dependencies with instrumentation: ~8 minutes on 2 cores.
+# A first build compiles the proxy and its dependencies with instrumentation: 8 to 18 minutes on 2
+# cores (fuzz/target is reused after that).
 set -euo pipefail
 
 seconds=${1:-60}
