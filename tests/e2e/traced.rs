@@ -1,6 +1,7 @@
 //! Promises about the order of system calls, read from `strace` of the real processes: D1
 //! (`write_memarts` is acknowledged only after the data is fsynced, renamed into place and the
-//! directory fsynced) and S1 (the run dir is 0700 and the sockets 0600 from the moment they exist).
+//! directory fsynced) and S1 (the run dir is 0700 and the sockets 0600 from the moment they exist;
+//! and, without strace, a uid listed in `allowed_uids` gets past the peer-credential check).
 //!
 //! The fleet is started by `memarts start_proxy` under `strace` (that process only), and each proxy
 //! through `MEMARTS_PROXY_BIN`, a wrapper that runs it under `strace -f`. strace must be installed;
@@ -256,4 +257,23 @@ fn run_dir_is_0700_and_sockets_0600_from_creation_and_files_stay_private() {
         let after = umasks.iter().find(|c| c.start > bind.end).expect("the umask restored after bind");
         assert!(!after.args.starts_with("0177)"), "slot {slot}: umask left at 0177: {after:?}");
     }
+}
+
+#[test]
+fn a_uid_in_allowed_uids_gets_past_the_peer_credential_check() {
+    use crate::common::raw::{as_other_user, hello, open_to_other_users, OTHER_UID};
+    use memarts_protocol::{frame, Limits, Request, Response};
+    // The refusal of a uid that is not allowed: protocol_abuse.rs. Here the same client, allowed.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, format!("allowed_uids = [{OTHER_UID}]\n")).unwrap();
+    let fleet = Fleet::start(1, &[("MEMARTS_CONFIG", config.to_str().unwrap())]);
+    let sock = open_to_other_users(&fleet);
+    let request = [hello(), frame::encode(&Request::Status, 0).unwrap()].concat();
+    let bytes = as_other_user(&sock, &request).expect("uid 65534 connects once the socket is open to it");
+    let mut r: &[u8] = &bytes;
+    let (_, welcome): (_, Response) = frame::read_sync(&mut r, Limits::RESPONSE).expect("a first frame");
+    assert!(matches!(welcome, Response::Welcome(_)), "allowed uid {OTHER_UID} got {welcome:?}");
+    let (_, status): (_, Response) = frame::read_sync(&mut r, Limits::RESPONSE).expect("a second frame");
+    assert!(matches!(status, Response::Status(_)), "allowed uid {OTHER_UID} got {status:?}");
 }

@@ -70,6 +70,13 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
         (value, led)
     }
 
+    /// Waits until the flight `id`, if one is running, has published; says whether there was one.
+    pub async fn wait(&self, id: u128) -> bool {
+        let Some(mut rx) = self.inflight.get(&id).map(|e| e.value().clone()) else { return false };
+        let _ = rx.wait_for(Option::is_some).await;
+        true
+    }
+
     pub fn len(&self) -> usize {
         self.inflight.len()
     }

@@ -8,6 +8,8 @@
 #[cfg(test)]
 mod disk_fault_tests;
 mod flight;
+#[cfg(test)]
+mod herd_tests;
 mod index;
 mod meta;
 mod open_chunks;
@@ -372,7 +374,7 @@ impl Cache {
         url: ObjectUrl,
         chunk_size: u64,
     ) -> Option<Result<(ObjectMeta, Option<ChunkOutcome>), WireError>> {
-        let flight = xxhash_rust::xxh3::xxh3_128(format!("{url}\0{chunk_size}").as_bytes());
+        let flight = first_flight(&url, chunk_size);
         let this = self.clone();
         let (result, _) = self
             .firsts
@@ -450,11 +452,16 @@ impl Cache {
                 move |leader| async move {
                     // A flight that ended between our cache lookup and this one may have just
                     // written the chunk: look again before going to the origin.
-                    let on_disk = if this.info.passthrough { Ok(None) } else { this.store.get(&key).await };
-                    if let Ok(Some(chunk)) = on_disk {
-                        if let Ok(data) = this.store.read_verified(&chunk).await {
-                            let data = Bytes::from(data);
-                            leader.publish(Ok(Fetched { crc32c: chunk.crc32c, data }));
+                    if let Some(f) = this.read_from_disk(&key).await {
+                        leader.publish(Ok(f));
+                        return;
+                    }
+                    // A cold first read may be fetching chunk 0 with the metadata (a reader that found
+                    // no metadata before the index was rebuilt asked with a HEAD instead, and comes
+                    // here): wait for it and look again, so the chunk is fetched once (R3).
+                    if key.index == 0 && this.firsts.wait(first_flight(&url, key.chunk_size)).await {
+                        if let Some(f) = this.read_from_disk(&key).await {
+                            leader.publish(Ok(f));
                             return;
                         }
                     }
@@ -476,6 +483,16 @@ impl Cache {
             .await;
         let f = result?;
         Ok(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false })
+    }
+
+    /// The chunk `key` read whole from disk and verified, if it is there (never in pass-through).
+    async fn read_from_disk(&self, key: &ChunkKey) -> Option<Fetched> {
+        if self.info.passthrough {
+            return None;
+        }
+        let chunk = self.store.get(key).await.ok()??;
+        let data = self.store.read_verified(&chunk).await.ok()?;
+        Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) })
     }
 
     async fn try_hit(&self, key: &ChunkKey, id: u128) -> Option<ChunkOutcome> {
@@ -664,6 +681,11 @@ impl Cache {
             cache_dir: self.info.cache_dir.display().to_string(),
         }
     }
+}
+
+/// The flight of the cold first read of `url` at `chunk_size` (metadata and chunk 0 in one GET).
+fn first_flight(url: &ObjectUrl, chunk_size: u64) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(format!("{url}\0{chunk_size}").as_bytes())
 }
 
 /// 80% of the space that is free or already holds our chunks.

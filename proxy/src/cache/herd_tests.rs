@@ -1,0 +1,86 @@
+//! R3 at the slot: however many readers miss a chunk at once, and whichever way each of them takes
+//! to it, one origin GET fetches it. The origin is a [`FaultyStore`] that counts GETs and holds
+//! requests back to line the readers up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use memarts_protocol::FirstRequest;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+use super::{Cache, ChunkOutcome};
+use crate::config::{FleetConfig, OriginConfig};
+use crate::origin::faulty::{Fault, FaultyStore};
+use crate::origin::Origin;
+
+const CHUNK: u64 = 64 << 10;
+
+fn object() -> Bytes {
+    (0..CHUNK).map(|i| (i % 253) as u8).collect()
+}
+
+/// A slot (its index not rebuilt yet) over a counting origin holding [`object`] at `s3://b/o`.
+async fn slot(dir: &std::path::Path) -> (Arc<FaultyStore>, Arc<Cache>) {
+    let store = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
+    store.inner().put(&Path::from("o"), object().into()).await.unwrap();
+    let cfg = FleetConfig {
+        run_dir: dir.join("run"),
+        cache_dir: dir.join("cache"),
+        io_engine: "pread".into(),
+        origin_log: false,
+        origin: OriginConfig {
+            max_attempts: 2,
+            backoff_base_ms: 1,
+            backoff_max_ms: 5,
+            ..OriginConfig::default()
+        },
+        ..FleetConfig::default()
+    };
+    let origin = Origin::new(cfg.origin.clone(), None).with_bucket_store("b", store.clone());
+    (store, crate::build_cache_with(&cfg, 0, origin).unwrap().0)
+}
+
+async fn first(cache: &Arc<Cache>) -> Bytes {
+    let req = FirstRequest { url: "s3://b/o".into(), chunk_size: CHUNK, refresh: false };
+    match cache.read_first(&req).await.unwrap().1.unwrap() {
+        ChunkOutcome::Bytes { data, .. } => data,
+        ChunkOutcome::Fd(_) => panic!("a {CHUNK}-byte chunk is sent inline"),
+    }
+}
+
+/// A reader that finds no metadata before the index is rebuilt asks with a HEAD, then reads chunk 0;
+/// one that comes once the index is rebuilt fetches chunk 0 and the metadata in one GET. When both
+/// are in flight at once, chunk 0 must still be fetched once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, cache) = slot(dir.path()).await;
+    // The first request to arrive (the early reader's HEAD) waits 300 ms, the second (the late
+    // reader's GET) 600 ms: the early reader asks for chunk 0 while the late reader's GET is out.
+    store.script([Fault::Stall(Duration::from_millis(300)), Fault::Stall(Duration::from_millis(600))]);
+    let early = tokio::spawn({
+        let cache = cache.clone();
+        async move { first(&cache).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(store.heads(), 1, "the early reader asks with a HEAD");
+    cache.start_rebuild();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !cache.status().index_ready {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the index rebuild finished");
+    let late = tokio::spawn({
+        let cache = cache.clone();
+        async move { first(&cache).await }
+    });
+    assert!(late.await.unwrap() == object());
+    assert!(early.await.unwrap() == object());
+    cache.wait_idle(Duration::from_secs(10)).await;
+    assert_eq!(store.gets(), 1, "chunk 0 was fetched {} times", store.gets());
+}
