@@ -45,6 +45,14 @@ fn a_batch_returns_every_chunk_and_isolates_a_bad_one() {
         other => panic!("an oversized batch was served: {other:?}"),
     }
 
+    // Chunk ranges whose lengths add up past u64::MAX (found reading the fuzzed decoder's callers):
+    // refused typed, not a wrapped total under the cap or a panic.
+    let huge = |index| ChunkRequest { object_size: u64::MAX, chunk_size: 1 << 63, ..req(index) };
+    match call(&mut s, &Request::ReadChunks(vec![huge(0), huge(0), huge(0)])).0 {
+        Response::Error(e) => assert_eq!(e.code, ErrorCode::BadRequest, "{e}"),
+        other => panic!("a batch of 3 x 2^63 bytes was served: {other:?}"),
+    }
+
     // Chunks 3 and 1 (cold: inline payloads, in request order) around one past the end.
     let (resp, payload_len) = call(&mut s, &Request::ReadChunks(vec![req(3), req(9), req(1)]));
     let Response::Chunks(results) = resp else { panic!("{resp:?}") };

@@ -208,7 +208,8 @@ async fn send_batch(
     cache: &Arc<Cache>,
     reqs: Vec<ChunkRequest>,
 ) -> Result<(), ConnError> {
-    let total: u64 = reqs.iter().filter_map(|r| r.range()).map(|r| r.end - r.start).sum();
+    // Saturating: the ranges come from the client, and their sum must not wrap below the cap.
+    let total: u64 = reqs.iter().filter_map(|r| r.range()).fold(0, |t, r| t.saturating_add(r.end - r.start));
     if reqs.len() > MAX_BATCH || total > u64::from(Limits::RESPONSE.max_payload) {
         let why = format!(
             "a batch of {} chunks ({total} bytes) exceeds {MAX_BATCH} chunks or {} bytes",
