@@ -167,3 +167,25 @@ async fn readers_racing_with_writers_of_a_chunk_see_one_whole_version_or_nothing
     assert!(whole > 0, "no reader ever saw the chunk");
     assert_eq!(temp_files(root.path()), 0);
 }
+
+/// Found by the e2e crash test: a slot killed with `kill -9` stays a zombie until its parent reaps it
+/// (init in a container may do so late, or never), and its temp files were kept as a live writer's.
+#[test]
+fn a_killed_writer_that_is_not_reaped_yet_leaves_no_temp_file_behind() {
+    let root = tempfile::tempdir().unwrap();
+    drop(ChunkStore::open(root.path(), Arc::new(PreadEngine)).unwrap());
+    let mut child = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let pid = child.id();
+    let leftover = root.path().join(format!("v1/tmp/{}.{pid}.0.tmp", key().id().to_hex()));
+    fs::write(&leftover, b"half a chunk").unwrap();
+    child.kill().unwrap();
+    // Not reaped: a zombie, which `kill(pid, 0)` still finds.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fs::read_to_string(format!("/proc/{pid}/stat")).unwrap().contains(") Z") {
+        assert!(std::time::Instant::now() < deadline, "the child never became a zombie");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(ChunkStore::open(root.path(), Arc::new(PreadEngine)).unwrap());
+    child.wait().unwrap();
+    assert!(!leftover.exists(), "the temp file of a dead, unreaped writer was kept");
+}
