@@ -205,10 +205,15 @@ impl FileCredentialProvider {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The answer from what we know, if the file was looked at recently enough.
+    /// The answer from what we know, if the file was looked at recently enough. Never an expired
+    /// credential: then the file is looked at again whatever the interval, since its renewal may
+    /// have landed since the last look (found by the reliability campaign: a credential renewed
+    /// less than an interval before it expired failed requests until the next look).
     fn answer_if_checked(&self) -> Option<Result<Arc<AwsCredential>, CredentialsError>> {
         let state = self.lock_state();
-        (Instant::now() < state.next_check).then(|| self.answer(&state, (self.clock)()))
+        let now = (self.clock)();
+        let expired = state.current.expires.is_some_and(|at| now >= at);
+        (Instant::now() < state.next_check && !expired).then(|| self.answer(&state, now))
     }
 
     fn answer(&self, state: &State, now: SystemTime) -> Result<Arc<AwsCredential>, CredentialsError> {
@@ -576,6 +581,19 @@ mod tests {
         hide_change(&p).await;
         set(&now, "2030-01-01T01:00:01Z");
         assert_eq!(key_of(&p).await, "KEY-2");
+    }
+
+    #[tokio::test]
+    async fn a_renewal_that_lands_within_the_interval_before_expiry_is_read_at_expiry() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock)
+            .with_recheck_interval(Duration::from_secs(3600));
+        set(&now, "2030-01-01T00:59:00Z");
+        assert_eq!(key_of(&p).await, "KEY-1", "due, looked at: not renewed yet");
+        write(p.path(), &file_text(2, Some("2030-01-01T02:00:00Z")));
+        set(&now, "2030-01-01T01:00:00Z");
+        assert_eq!(key_of(&p).await, "KEY-2", "expired: the file is looked at again within the interval");
     }
 
     #[tokio::test]
