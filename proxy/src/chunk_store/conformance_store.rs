@@ -251,3 +251,30 @@ pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dy
         assert!(store.read_verified(&chunk).await.unwrap() == pattern(5000, 5));
     }
 }
+
+/// A fill of a chunk whose path holds a directory (or a symlink, or a pipe) that no read has met
+/// yet (the index rebuild skips such entries, so a read goes to the origin without looking): the
+/// fill replaces it, instead of failing on it for good.
+pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(engine: Arc<dyn IoEngine>) {
+    for kind in ["directory", "named pipe", "symlink to a directory"] {
+        let root = tempfile::tempdir().unwrap();
+        let (store, k, path) = stored(root.path(), &engine).await;
+        fs::remove_file(&path).unwrap();
+        match kind {
+            "directory" => {
+                fs::create_dir(&path).unwrap();
+                fs::write(path.join("inside"), b"foreign").unwrap();
+            }
+            "named pipe" => nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+            _ => std::os::unix::fs::symlink(root.path(), &path).unwrap(),
+        }
+        store
+            .put(&k, Bytes::from(pattern(5001, 7)), 0, false)
+            .await
+            .unwrap_or_else(|e| panic!("put over a {kind}: {e}"));
+        assert!(fs::symlink_metadata(&path).unwrap().is_file(), "the {kind} was replaced");
+        let chunk = store.get(&k).await.unwrap().expect("stored");
+        assert!(store.read_verified(&chunk).await.unwrap() == pattern(5001, 7));
+        assert!(root.path().join("v1").is_dir(), "a symlink's target is left alone");
+    }
+}

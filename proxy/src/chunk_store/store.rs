@@ -385,7 +385,17 @@ fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<
     let middle = leaf.parent().unwrap_or(chunks);
     let created_middle = create_dir(middle)?;
     let created_leaf = create_dir(leaf)?;
-    fs::rename(tmp, dest)?;
+    if let Err(e) = fs::rename(tmp, dest) {
+        // A directory at the chunk's path (foreign, or left by a bug) would refuse every fill of
+        // this chunk for good: it goes, and the rename is tried once more. (A symlink or a pipe is
+        // replaced by the rename itself.)
+        if !fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+            return Err(e);
+        }
+        tracing::warn!(path = %dest.display(), "removing a directory where a chunk file goes");
+        remove_entry(dest)?;
+        fs::rename(tmp, dest)?;
+    }
     if durable {
         File::open(leaf)?.sync_all()?;
         if created_leaf {
