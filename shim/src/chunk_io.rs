@@ -108,8 +108,20 @@ fn receive_body(
         }
         ChunkBody::Fd { offset } => {
             let fd = fd.ok_or_else(|| Error::Protocol("chunk reply without its descriptor".into()))?;
-            Ok(read_checked(&File::from(fd), dst, offset)? == c.crc32c)
+            fd_body_ok(&File::from(fd), offset, c.crc32c, dst)
         }
+    }
+}
+
+/// Whether the bytes at `offset` of a passed chunk file, read into `dst`, match `crc32c`. A read
+/// that fails (EIO from the disk, a file cut short under us) counts as a failed check like wrong
+/// bytes do, so the chunk is asked for again with `recheck` and the slot refetches it, instead of
+/// the read failing with an I/O error.
+fn fd_body_ok(file: &File, offset: u64, crc32c: u32, dst: &mut Room) -> Result<bool> {
+    match read_checked(file, dst, offset) {
+        Ok(crc) => Ok(crc == crc32c),
+        Err(Error::Io(_)) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -177,4 +189,24 @@ pub fn read_batch(conn: &mut Conn, reqs: &[ChunkRequest], dsts: &mut [&mut Room]
         read_chunk(conn, &req, dsts[i])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn a_passed_file_cut_short_is_a_failed_check_not_an_error() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        let crc = memarts_protocol::crc32c(&data[100..]);
+        let mut buf = vec![0u8; data.len() - 100];
+        assert!(fd_body_ok(&file, 100, crc, crate::fill::as_room(&mut buf)).unwrap());
+        assert!(buf == data[100..]);
+        assert!(!fd_body_ok(&file, 100, crc ^ 1, crate::fill::as_room(&mut buf)).unwrap());
+        file.set_len(1000).unwrap();
+        assert!(!fd_body_ok(&file, 100, crc, crate::fill::as_room(&mut buf)).unwrap(), "a short file");
+    }
 }

@@ -119,7 +119,7 @@ fn kill_during_writes(scale: Scale) -> Row {
         .map(|t| {
             let (stop, writes, bucket) = (stop.clone(), writes.clone(), bucket.clone());
             // Two writers give up quickly, so some writes are cut by a kill and never acknowledged.
-            let deadline = Duration::from_millis(if t < 2 { 300 } else { 20_000 });
+            let deadline = Duration::from_millis(if t < 2 { 30 } else { 20_000 });
             let client = workload::client(&fleet, CS, deadline);
             std::thread::spawn(move || {
                 let mut rng = rand::rngs::StdRng::seed_from_u64(100 + t);
@@ -181,7 +181,7 @@ fn kill_during_writes(scale: Scale) -> Row {
     row.note = format!(
         "detected = killed slots found dead and replaced by the recovery script; {} objects acknowledged \
          and read back after {cycles} kill -9 cycles and a clean restart; the {} writes cut by a kill \
-         (expected errors: two of the writers give up after 300 ms) are absent or whole",
+         (expected errors: two of the writers give up after 30 ms) are absent or whole",
         writes.acked.len(),
         writes.unacked.len()
     );
