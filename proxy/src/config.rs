@@ -59,6 +59,11 @@ pub struct FleetConfig {
     /// in microseconds (`MEMARTS_SPIN_US`; 0 = never). One connection per slot polls at a time, and
     /// a poll that finds nothing backs off; see `memarts_protocol::spin`.
     pub spin_us: u64,
+    /// Bytes a slot may hold in memory at once for its clients (upload payloads being written,
+    /// chunks fetched from the origin until sent and stored); `None`: 512 MiB. Past it, requests
+    /// wait their turn. A number or a string such as `"1GiB"`.
+    #[serde(deserialize_with = "de_size")]
+    pub memory_budget: Option<u64>,
     pub origin: OriginConfig,
 }
 
@@ -125,6 +130,7 @@ impl Default for FleetConfig {
             io_timeout_secs: 30.0,
             drain_timeout_secs: 10.0,
             spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
+            memory_budget: None,
             origin: OriginConfig::default(),
         }
     }

@@ -10,10 +10,12 @@
 //! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
 //!   request-sized deadlines and retries.
 //! - [`config`], [`lifecycle`], [`size`]: configuration, run dir / pid lock / readiness, byte sizes.
+//! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
 //!
 //! [`start`] builds a slot from a [`config::FleetConfig`] and serves it; the binary is a thin shell
 //! around it, and tests can call [`server::run`] directly with their own origin.
 
+pub mod budget;
 pub mod cache;
 pub mod chunk_store;
 pub mod config;
@@ -70,6 +72,7 @@ pub fn build_cache_with(
         capacity: cfg.capacity,
         io_engine,
         passthrough: cfg.passthrough,
+        memory_budget: cfg.memory_budget.unwrap_or(budget::DEFAULT_BYTES),
     };
     let only = if cfg.passthrough {
         None

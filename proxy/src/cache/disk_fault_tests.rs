@@ -87,6 +87,7 @@ async fn slot_over(disk: &Arc<FailingDisk>, dir: &std::path::Path) -> Arc<Cache>
         capacity: Some(1 << 30),
         io_engine: "failing-disk",
         passthrough: false,
+        memory_budget: crate::budget::DEFAULT_BYTES,
     };
     let cache = Cache::new(info, origin, store, MetaCache::new(Duration::from_secs(60), 1000), None);
     cache.start_rebuild();

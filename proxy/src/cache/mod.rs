@@ -6,6 +6,8 @@
 //! check is dropped, counted, and fetched again: bad bytes are never served.
 
 #[cfg(test)]
+mod budget_tests;
+#[cfg(test)]
 mod disk_fault_tests;
 mod flight;
 #[cfg(test)]
@@ -25,6 +27,7 @@ use memarts_protocol::{
     SlotStatus, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
 };
 
+use crate::budget::MemoryBudget;
 use crate::chunk_store::{CachedChunk, ChunkKey, ChunkStore, StoreError};
 use crate::memarts_only::{OnlyError, OnlyStore};
 use crate::origin::Origin;
@@ -81,6 +84,8 @@ pub struct SlotInfo {
     pub io_engine: &'static str,
     /// Never read or write chunk files: every chunk comes from the origin.
     pub passthrough: bool,
+    /// Bytes of fills and upload payloads the slot may hold in memory at once.
+    pub memory_budget: u64,
 }
 
 pub struct Cache {
@@ -98,6 +103,8 @@ pub struct Cache {
     firsts: Arc<Flights<Result<(ObjectMeta, Fetched), WireError>>>,
     index_ready: AtomicBool,
     started: Instant,
+    /// Bounds the fills held in memory at once, shared with the slot's connections (R2).
+    budget: MemoryBudget,
     pub stats: Stats,
 }
 
@@ -117,6 +124,7 @@ impl Cache {
         meta: MetaCache,
         only: Option<OnlyStore>,
     ) -> Arc<Cache> {
+        let budget = info.memory_budget;
         Arc::new(Cache {
             info,
             only: only.map(Arc::new),
@@ -130,12 +138,18 @@ impl Cache {
             firsts: Arc::default(),
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
+            budget: MemoryBudget::new(budget),
             stats: Stats::default(),
         })
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, ChunkIndex> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot's memory budget: fills hold their bytes in it, connections their upload payloads.
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
     }
 
     pub fn origin(&self) -> &Origin {
@@ -381,6 +395,7 @@ impl Cache {
             .join(
                 flight,
                 move |leader| async move {
+                    let _held = this.budget.hold(chunk_size).await;
                     let got = this.origin.get_first(&url, chunk_size).await.map_err(WireError::from);
                     let got = got.and_then(|(meta, data)| match meta.etag.as_deref() {
                         Some(etag) if !etag.is_empty() && meta.size > 0 => {
@@ -465,6 +480,9 @@ impl Cache {
                             return;
                         }
                     }
+                    // Held until the chunk is on disk (end of this block); never while waiting for
+                    // anything else that needs the budget, so holders cannot wait on each other.
+                    let _held = this.budget.hold(range.end - range.start).await;
                     let fetched = this.origin.get_range(&url, range, &key.etag).await;
                     let fetched = fetched
                         .map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data })

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::fdpass::send_with_fds;
 use super::upload::Uploads;
+use crate::budget::{Held, MemoryBudget};
 use crate::cache::{Cache, ChunkOutcome};
 
 /// Settings every connection of a slot shares.
@@ -79,7 +80,7 @@ async fn serve_inner(
         return Err(ConnError::Refused(format!("uid {uid}")));
     }
 
-    match read_request(stream, settings, settings.io_timeout).await?.0 {
+    match read_request(stream, settings, cache.budget()).await?.0 {
         Request::Hello(h) if h.protocol_version == PROTOCOL_VERSION => {
             let welcome = Welcome {
                 protocol_version: PROTOCOL_VERSION,
@@ -119,7 +120,8 @@ async fn serve_inner(
         {
             return Ok(());
         }
-        let (request, payload) = match read_request(stream, settings, settings.io_timeout).await {
+        // `_held`: the payload's share of the slot's memory budget, given back after the request.
+        let (request, payload, _held) = match read_request(stream, settings, cache.budget()).await {
             Ok(r) => r,
             Err(ConnError::Frame(FrameError::Closed)) => return Ok(()),
             Err(e) => return Err(e),
@@ -296,18 +298,21 @@ async fn wait_for_request(
 async fn read_request(
     stream: &mut UnixStream,
     settings: &ConnSettings,
-    limit: Duration,
-) -> Result<(Request, Vec<u8>), ConnError> {
+    budget: &MemoryBudget,
+) -> Result<(Request, Vec<u8>, Option<Held>), ConnError> {
     use tokio::io::AsyncReadExt;
-    let read = tokio::time::timeout(limit, async {
+    let read = tokio::time::timeout(settings.io_timeout, async {
         let (head, req) = frame::read_async::<Request, _>(stream, Limits::REQUEST).await?;
         let mut payload = Vec::new();
+        let mut held = None;
         if head.payload_len > 0 && matches!(req, Request::PutData) {
-            // Bounded by Limits::REQUEST.max_payload, checked with the head.
+            // Bounded by Limits::REQUEST.max_payload, checked with the head, and all connections
+            // together by the slot's memory budget (waiting for it counts against the I/O timeout).
+            held = Some(budget.hold(u64::from(head.payload_len)).await);
             payload = vec![0u8; head.payload_len as usize];
             stream.read_exact(&mut payload).await.map_err(FrameError::Io)?;
         }
-        Ok::<_, FrameError>((head, req, payload))
+        Ok::<_, FrameError>((head, req, payload, held))
     })
     .await;
     match read {
@@ -315,10 +320,10 @@ async fn read_request(
             let _ = refuse::<()>(stream, settings, "the request frame did not arrive in time").await;
             Err(ConnError::Timeout("reading a request"))
         }
-        Ok(Ok((head, req, _))) if head.payload_len > 0 && !matches!(req, Request::PutData) => {
+        Ok(Ok((head, req, ..))) if head.payload_len > 0 && !matches!(req, Request::PutData) => {
             refuse(stream, settings, "this request takes no payload").await
         }
-        Ok(Ok((_, req, payload))) => Ok((req, payload)),
+        Ok(Ok((_, req, payload, held))) => Ok((req, payload, held)),
         Ok(Err(e @ (FrameError::TooLarge { .. } | FrameError::Decode(_)))) => {
             let _ = refuse::<()>(stream, settings, &e.to_string()).await;
             Err(e.into())
