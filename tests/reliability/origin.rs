@@ -62,7 +62,8 @@ fn transient(scale: Scale) -> Row {
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let until = Instant::now() + Duration::from_secs(scale.pick(10, 60));
-    let when = Match { method: Some("GET"), ranged: true, path_contains: Some(data.bucket.clone()) };
+    // Each fault is aimed at one object, and an object gets a new one only once its last was taken:
+    // bursts a retry budget is made for, not an origin that fails every attempt of one read.
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(rng.random_range(30..120)));
         let (fault, times) = match rng.random_range(0..12) {
@@ -73,7 +74,11 @@ fn transient(scale: Scale) -> Row {
             9..=10 => (Fault::WrongRange, 1),
             _ => (Fault::Stall(Duration::from_secs(3)), 1),
         };
-        relay.inject(when.clone(), fault, times);
+        let key = format!("{}/{}", data.bucket, data.objects[rng.random_range(0..data.objects.len())].0);
+        if relay.pending_for(&key) == 0 && relay.pending() < 16 {
+            let when = Match { method: Some("GET"), ranged: true, path_contains: Some(key) };
+            relay.inject(when, fault, times);
+        }
     }
     relay.clear();
     std::thread::sleep(Duration::from_secs(1));

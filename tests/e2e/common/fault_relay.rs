@@ -132,6 +132,16 @@ impl FaultRelay {
         self.state.rules.lock().unwrap().iter().map(|r| r.left).sum()
     }
 
+    /// Faults queued for requests whose path contains `path_contains`.
+    pub fn pending_for(&self, path_contains: &str) -> u32 {
+        let rules = self.state.rules.lock().unwrap();
+        rules
+            .iter()
+            .filter(|r| r.when.path_contains.as_deref().is_some_and(|p| p.contains(path_contains)))
+            .map(|r| r.left)
+            .sum()
+    }
+
     pub fn clear(&self) {
         self.state.rules.lock().unwrap().clear();
     }
