@@ -100,7 +100,20 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         for pid in &pids {
             let _ = kill(Pid::from_raw(*pid as i32), Signal::SIGTERM);
         }
-        // Slots that failed have exited; their files go now (live ones keep theirs until they exit).
+        // Wait until the slots that started have exited (their pid locks are free), so that "were
+        // stopped" is true when we return and a retry does not find them still running.
+        let live: Vec<_> = pid_files(&cfg.run_dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(slot, path)| match probe(&path) {
+                Probe::Live(pid) => Some((slot, pid, path)),
+                _ => None,
+            })
+            .collect();
+        for (slot, pid, path) in wait_for_exit(&live, Duration::from_secs(10)) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = wait_for_exit(&[(slot, pid, path)], Duration::from_secs(5));
+        }
         let _ = clean_stale(&cfg.run_dir);
         let _ = std::fs::remove_file(cfg.fleet_file());
         bail!("the fleet did not start:\n  {}\n(the slots that started were stopped)", failures.join("\n  "));
