@@ -42,19 +42,7 @@ fn an_overwritten_object_is_served_new_after_the_ttl_and_never_mixed() {
 }
 
 fn chunk_files(cache_dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![cache_dir.join("v1/chunks")];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
+    crate::common::files::files_below(&cache_dir.join("v1/chunks"))
 }
 
 #[test]

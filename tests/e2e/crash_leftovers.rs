@@ -2,32 +2,16 @@
 //! whole or absent; what the dead slots left in `v1/tmp` is never served and is gone once the fleet
 //! is started again.
 
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+use crate::common::files::files_below;
 use crate::common::{moto, pattern, Fleet};
 
 const CS: u64 = 1 << 20;
-
-fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_type().unwrap().is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out.sort();
-    out
-}
 
 #[test]
 fn kill_9_during_fills_leaves_whole_chunks_or_nothing_and_leftovers_go_at_the_next_start() {
@@ -41,7 +25,7 @@ fn kill_9_during_fills_leaves_whole_chunks_or_nothing_and_leftovers_go_at_the_ne
     let client = fleet.client(CS);
     assert!(client.read(&format!("s3://{bucket}/o0")).unwrap() == objects[0]);
     fleet.wait_cached(8);
-    let o0_files = files(&fleet.cache_dir.join("v1/chunks"));
+    let o0_files = files_below(&fleet.cache_dir.join("v1/chunks"));
     assert_eq!(o0_files.len(), 8);
     let readers: Vec<_> = (1..4)
         .map(|i| {
@@ -74,15 +58,15 @@ fn kill_9_during_fills_leaves_whole_chunks_or_nothing_and_leftovers_go_at_the_ne
         std::fs::rename(f, tmp.join(format!("{id}.{dead}.{i}.tmp"))).unwrap();
         moved += 1;
     }
-    let leftovers = files(&tmp);
+    let leftovers = files_below(&tmp);
     assert!(leftovers.len() >= moved, "{leftovers:?}");
 
     fleet.stop_proxy();
     fleet.start_proxy(2);
     assert!(
-        files(&tmp).iter().all(|f| !leftovers.contains(f)),
+        files_below(&tmp).iter().all(|f| !leftovers.contains(f)),
         "leftovers outlived the restart: {:?}",
-        files(&tmp)
+        files_below(&tmp)
     );
     for (i, o) in objects.iter().enumerate() {
         assert!(client.read(&format!("s3://{bucket}/o{i}")).unwrap() == *o, "o{i} differs after the crash");

@@ -7,34 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::common::fault_relay::{Fault, FaultRelay, Match};
-use crate::common::{moto, pattern, Fleet};
+use crate::common::{moto, pattern};
 
 const CS: u64 = 64 << 10;
-
-/// A fleet whose origin is reached through `relay`, with short origin deadlines and backoff.
-fn fleet_behind(relay: &FaultRelay, extra_toml: &str) -> (tempfile::TempDir, Fleet) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("origin.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{extra_toml}\n[origin]\nfirst_byte_timeout_secs = 1.0\nconnect_timeout_secs = 1.0\n\
-             backoff_base_ms = 20\nbackoff_max_ms = 200\n"
-        ),
-    )
-    .unwrap();
-    let mut env: Vec<(String, String)> = relay.env();
-    env.push(("MEMARTS_CONFIG".into(), cfg.display().to_string()));
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    // The config dir outlives the fleet (its stop reads the same config): bind it first.
-    (dir, Fleet::start(2, &env))
-}
 
 #[test]
 fn transient_origin_faults_are_retried_and_never_cached() {
     let relay = FaultRelay::start(&moto().endpoint);
     let bucket = moto().bucket("faults");
-    let (_cfg, fleet) = fleet_behind(&relay, "");
+    let (_cfg, fleet) = relay.fleet(2, "", &[]);
     let client = fleet.client(CS);
     let faults = [
         (Fault::Status(503), 3),
@@ -77,7 +58,7 @@ fn transient_origin_faults_are_retried_and_never_cached() {
 fn an_object_replaced_between_two_chunk_fetches_is_stale_or_whole_never_mixed() {
     let relay = FaultRelay::start(&moto().endpoint);
     let bucket = moto().bucket("replaced");
-    let (_cfg, fleet) = fleet_behind(&relay, "");
+    let (_cfg, fleet) = relay.fleet(2, "", &[]);
     let client = fleet.client(CS);
     let mut stale = 0;
     for i in 0..4u64 {
@@ -109,7 +90,7 @@ fn an_object_replaced_between_two_chunk_fetches_is_stale_or_whole_never_mixed() 
 fn with_the_origin_down_cached_data_is_served_and_misses_fail_in_time() {
     let relay = FaultRelay::start(&moto().endpoint);
     let bucket = moto().bucket("down");
-    let (_cfg, fleet) = fleet_behind(&relay, "meta_ttl_secs = 0.5");
+    let (_cfg, fleet) = relay.fleet(2, "meta_ttl_secs = 0.5", &[]);
     let client = fleet.client(CS);
     let (cached, missed) = (pattern(1000, 3 * CS as usize), pattern(1001, 3 * CS as usize));
     moto().put(&bucket, "cached", &cached);

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use memarts_protocol::{frame, ErrorCode, Hello, Limits, Request, Response, PROTOCOL_VERSION};
 
-use crate::common::raw::{as_other_user, files_below, hello, open_to_other_users, read_response, rss_kib};
+use crate::common::files::files_below;
+use crate::common::raw::{as_other_user, hello, open_to_other_users, read_response, rss_kib};
 use crate::common::{moto, pattern, Fleet};
 
 fn assert_closed(s: &mut UnixStream) {

@@ -25,23 +25,11 @@ pub fn run(scale: Scale) -> Vec<Row> {
     vec![damage::run(scale), full::run(scale), seccomp::run(scale)]
 }
 
-/// Every regular file under `dir`, sorted (none if `dir` does not exist). Entries that vanish
-/// during the walk are skipped.
+/// Every regular file under `dir`, sorted (none if `dir` does not exist).
 fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => out.push(e.path()),
-                _ => {}
-            }
-        }
-    }
-    out.sort();
-    out
+    let mut files = crate::common::files::files_below(dir);
+    files.retain(|f| std::fs::symlink_metadata(f).is_ok_and(|m| m.is_file()));
+    files
 }
 
 /// Bytes allocated to the files under `dir` (`st_blocks * 512`), as `du` counts them; files that
@@ -58,17 +46,6 @@ fn read_all(client: &Client, data: &Dataset, tally: &Tally) {
             Ok(got) => tally.check(&got, want),
             Err(e) => tally.fail(format!("read {url}: {e}")),
         }
-    }
-}
-
-/// The readers' totals into `row`; a failed read breaks the promise of every disk fault.
-fn fill_row(row: &mut Row, tally: &Tally) {
-    row.bytes_verified += Tally::get(&tally.bytes_verified);
-    row.wrong_bytes += Tally::get(&tally.wrong_bytes);
-    let failed = Tally::get(&tally.failed);
-    row.failed_calls += failed;
-    if failed > 0 {
-        row.violate(format!("{failed} reads failed: {}", tally.first_errors()));
     }
 }
 

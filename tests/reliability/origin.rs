@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use rand::{Rng, SeedableRng};
 
 use crate::common::fault_relay::{Fault, FaultRelay, Match};
-use crate::common::{moto, pattern, Fleet};
+use crate::common::{moto, pattern};
 use crate::report::Row;
 use crate::workload::{self, readers, stop_readers, wrong_bytes, Dataset, Tally};
 use crate::Scale;
@@ -19,36 +19,6 @@ pub fn run(scale: Scale) -> Vec<Row> {
     vec![transient(scale), replaced(scale), down(scale), rotated_credentials(scale)]
 }
 
-/// A fleet reaching the origin through `relay`, with short origin deadlines and backoff, and `extra`
-/// settings (TOML) and environment. The config dir must outlive the fleet: it is returned first.
-fn fleet_behind(relay: &FaultRelay, extra: &str, env: &[(&str, &str)]) -> (tempfile::TempDir, Fleet) {
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("origin.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "{extra}\n[origin]\nfirst_byte_timeout_secs = 1.0\nconnect_timeout_secs = 1.0\n\
-             backoff_base_ms = 20\nbackoff_max_ms = 300\n"
-        ),
-    )
-    .unwrap();
-    let mut all: Vec<(String, String)> = relay.env();
-    all.push(("MEMARTS_CONFIG".into(), cfg.display().to_string()));
-    all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    (dir, Fleet::start(2, &all))
-}
-
-fn fill(row: &mut Row, tally: &Tally) {
-    row.bytes_verified += Tally::get(&tally.bytes_verified);
-    row.wrong_bytes += Tally::get(&tally.wrong_bytes);
-    let failed = Tally::get(&tally.failed);
-    row.failed_calls += failed;
-    if failed > 0 {
-        row.violate(format!("{failed} reads failed: {}", tally.first_errors()));
-    }
-}
-
 /// 503 bursts, 500s, resets, truncated bodies, wrong ranges and stalls, one every 30–120 ms, while 16
 /// readers read a dataset half again as large as the cache capacity (so misses go on all the time).
 fn transient(scale: Scale) -> Row {
@@ -56,7 +26,7 @@ fn transient(scale: Scale) -> Row {
     let started = Instant::now();
     let relay = FaultRelay::start(&moto().endpoint);
     let data = Arc::new(Dataset::put("transient", 96, 2 << 20, 11));
-    let (_cfg, fleet) = fleet_behind(&relay, "", &[("MEMARTS_CACHE_CAPACITY", "64MiB")]);
+    let (_cfg, fleet) = relay.fleet(2, "", &[("MEMARTS_CACHE_CAPACITY", "64MiB")]);
     let retries_before = fleet.total("origin_retries");
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
@@ -83,7 +53,7 @@ fn transient(scale: Scale) -> Row {
     relay.clear();
     std::thread::sleep(Duration::from_secs(1));
     stop_readers(&stop, handles);
-    fill(&mut row, &tally);
+    tally.add_to(&mut row);
     row.injected = relay.injected();
     row.detected = fleet.total("origin_retries") - retries_before;
     if row.detected < row.injected {
@@ -108,7 +78,7 @@ fn replaced(scale: Scale) -> Row {
     let started = Instant::now();
     let relay = FaultRelay::start(&moto().endpoint);
     let bucket = moto().bucket("replaced");
-    let (_cfg, fleet) = fleet_behind(&relay, "", &[]);
+    let (_cfg, fleet) = relay.fleet(2, "", &[]);
     let client = workload::client(&fleet, CS, Duration::from_secs(30));
     for i in 0..scale.pick(8, 40) {
         let key = format!("r{i}");
@@ -163,7 +133,7 @@ fn down(scale: Scale) -> Row {
     let relay = FaultRelay::start(&moto().endpoint);
     let cached = Arc::new(Dataset::put("downcached", 16, 1 << 20, 21));
     let missed = Dataset::put("downmissed", 8, 1 << 20, 22);
-    let (_cfg, fleet) = fleet_behind(&relay, "meta_ttl_secs = 0.5", &[]);
+    let (_cfg, fleet) = relay.fleet(2, "meta_ttl_secs = 0.5", &[]);
     let client = workload::client(&fleet, CS, Duration::from_secs(30));
     let mut chunks = 0;
     for (i, (_, want)) in cached.objects.iter().enumerate() {
@@ -209,7 +179,7 @@ fn down(scale: Scale) -> Row {
             Err(e) => tally.fail(format!("a miss once the origin was back: {e}")),
         }
     }
-    fill(&mut row, &tally);
+    tally.add_to(&mut row);
     if slowest >= client.config().deadline {
         row.violate(format!(
             "a miss took {slowest:?} to fail, past the {:?} deadline",
@@ -261,11 +231,8 @@ fn rotated_credentials(scale: Scale) -> Row {
     };
     relay.allow_keys(valid(&keys));
     let file_env = file.display().to_string();
-    let (_cfg, fleet) = fleet_behind(
-        &relay,
-        "",
-        &[("MEMARTS_CREDENTIALS_FILE", &file_env), ("MEMARTS_CACHE_CAPACITY", "64MiB")],
-    );
+    let (_cfg, fleet) =
+        relay.fleet(2, "", &[("MEMARTS_CREDENTIALS_FILE", &file_env), ("MEMARTS_CACHE_CAPACITY", "64MiB")]);
     let stop = Arc::new(AtomicBool::new(false));
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
     let until = Instant::now() + Duration::from_secs(scale.pick(12, 40));
@@ -286,7 +253,7 @@ fn rotated_credentials(scale: Scale) -> Row {
         relay.allow_keys(valid(&keys));
     }
     stop_readers(&stop, handles);
-    fill(&mut row, &tally);
+    tally.add_to(&mut row);
     let seen = relay.keys_seen();
     row.detected =
         keys.iter().skip(1).take(row.injected as usize).filter(|(k, _)| seen.contains(k)).count() as u64;

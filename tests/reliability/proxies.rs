@@ -24,15 +24,6 @@ fn kill_9(pid: i32) {
         .expect("kill -9");
 }
 
-fn fill_row(row: &mut Row, tally: &Tally) {
-    row.bytes_verified = Tally::get(&tally.bytes_verified);
-    row.wrong_bytes = Tally::get(&tally.wrong_bytes);
-    row.failed_calls = Tally::get(&tally.failed);
-    if row.failed_calls > 0 {
-        row.violate(format!("{} reads failed: {}", row.failed_calls, tally.first_errors()));
-    }
-}
-
 fn kill_under_readers(scale: Scale) -> Row {
     let mut row = Row::new("proxy", "kill -9 of a random slot, 32 readers, recovery script");
     let started = Instant::now();
@@ -57,7 +48,7 @@ fn kill_under_readers(scale: Scale) -> Row {
         }
     }
     stop_readers(&stop, handles);
-    fill_row(&mut row, &tally);
+    tally.add_to(&mut row);
     let calls = Tally::get(&tally.calls);
     let worst = recovery.iter().cloned().fold(0.0, f64::max);
     row.note = format!(
@@ -89,7 +80,7 @@ fn rolling_restart(scale: Scale) -> Row {
     }
     std::thread::sleep(Duration::from_secs(1));
     stop_readers(&stop, handles);
-    fill_row(&mut row, &tally);
+    tally.add_to(&mut row);
     row.note = format!(
         "injected = slot restarts, detected = slots that came back with a new pid; a whole roll took {:.2} s \
          on average; {} reads verified",

@@ -9,6 +9,7 @@ use memarts_shim::{Client, ShimConfig};
 use rand::{Rng, SeedableRng};
 
 use crate::common::{moto, pattern, Fleet};
+use crate::report::Row;
 
 pub struct Dataset {
     pub bucket: String,
@@ -75,6 +76,17 @@ impl Tally {
 
     pub fn first_errors(&self) -> String {
         self.errors.lock().unwrap().join("; ")
+    }
+
+    /// Adds these readers' totals to `row`; a failed read breaks the row's promise.
+    pub fn add_to(&self, row: &mut Row) {
+        row.bytes_verified += Self::get(&self.bytes_verified);
+        row.wrong_bytes += Self::get(&self.wrong_bytes);
+        let failed = Self::get(&self.failed);
+        row.failed_calls += failed;
+        if failed > 0 {
+            row.violate(format!("{failed} reads failed: {}", self.first_errors()));
+        }
     }
 }
 

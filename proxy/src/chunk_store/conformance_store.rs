@@ -221,6 +221,20 @@ pub(super) async fn oversized_key_is_refused(engine: Arc<dyn IoEngine>) {
     assert_eq!(store.scan().count(), 0);
 }
 
+/// Replaces the chunk file at `path` with a `kind` of entry: a directory (not empty), a named pipe,
+/// or a symlink to the directory `root`.
+fn put_non_file(kind: &str, path: &Path, root: &Path) {
+    fs::remove_file(path).unwrap();
+    match kind {
+        "directory" => {
+            fs::create_dir(path).unwrap();
+            fs::write(path.join("inside"), b"foreign").unwrap();
+        }
+        "named pipe" => nix::unistd::mkfifo(path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
+        _ => std::os::unix::fs::symlink(root, path).unwrap(),
+    }
+}
+
 /// Something other than a regular file where a chunk file should be — a directory, a named pipe, a
 /// symlink to a directory — is corrupt: reported at once (opening a pipe would wait for a writer
 /// forever), removed, and the chunk can be stored there again.
@@ -228,15 +242,7 @@ pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dy
     for kind in ["directory", "named pipe", "symlink to a directory"] {
         let root = tempfile::tempdir().unwrap();
         let (store, k, path) = stored(root.path(), &engine).await;
-        fs::remove_file(&path).unwrap();
-        match kind {
-            "directory" => {
-                fs::create_dir(&path).unwrap();
-                fs::write(path.join("inside"), b"foreign").unwrap();
-            }
-            "named pipe" => nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
-            _ => std::os::unix::fs::symlink(root.path(), &path).unwrap(),
-        }
+        put_non_file(kind, &path, root.path());
         let Ok(got) = tokio::time::timeout(std::time::Duration::from_secs(5), store.get(&k)).await else {
             // Let an open blocked on the pipe return, so the runtime can shut down.
             use std::os::unix::fs::OpenOptionsExt;
@@ -259,15 +265,7 @@ pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(engine: Arc<dy
     for kind in ["directory", "named pipe", "symlink to a directory"] {
         let root = tempfile::tempdir().unwrap();
         let (store, k, path) = stored(root.path(), &engine).await;
-        fs::remove_file(&path).unwrap();
-        match kind {
-            "directory" => {
-                fs::create_dir(&path).unwrap();
-                fs::write(path.join("inside"), b"foreign").unwrap();
-            }
-            "named pipe" => nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRWXU).unwrap(),
-            _ => std::os::unix::fs::symlink(root.path(), &path).unwrap(),
-        }
+        put_non_file(kind, &path, root.path());
         store
             .put(&k, Bytes::from(pattern(5001, 7)), 0, false)
             .await

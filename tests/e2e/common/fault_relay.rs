@@ -183,6 +183,29 @@ impl FaultRelay {
         env
     }
 
+    /// A fleet of `slots` reaching the origin through this relay, with short origin deadlines and
+    /// backoff, `extra_toml` settings and `env` on top. The config's dir must outlive the fleet (its
+    /// stop reads the same config): it comes first, so it is dropped last.
+    pub fn fleet(
+        &self,
+        slots: u32,
+        extra_toml: &str,
+        env: &[(&str, &str)],
+    ) -> (tempfile::TempDir, super::Fleet) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("origin.toml");
+        let toml = format!(
+            "{extra_toml}\n[origin]\nfirst_byte_timeout_secs = 1.0\nconnect_timeout_secs = 1.0\n\
+             backoff_base_ms = 20\nbackoff_max_ms = 300\n"
+        );
+        std::fs::write(&cfg, toml).unwrap();
+        let mut all = self.env();
+        all.push(("MEMARTS_CONFIG".into(), cfg.display().to_string()));
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let all: Vec<(&str, &str)> = all.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        (dir, super::Fleet::start(slots, &all))
+    }
+
     pub fn upstream(&self) -> &str {
         &self.upstream
     }

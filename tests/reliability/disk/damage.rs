@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
-use super::{files_under, fill_row, flip_data_byte, log_lines, read_all, LARGE, SMALL};
+use super::{files_under, flip_data_byte, log_lines, read_all, LARGE, SMALL};
 use crate::common::Fleet;
 use crate::report::Row;
 use crate::workload::{self, readers, stop_readers, Dataset, Tally};
@@ -124,7 +124,7 @@ pub fn run(scale: Scale) -> Row {
         read_all(c, &data, &after);
     }
     for t in [&warm, &again, &small, &large, &after] {
-        fill_row(&mut row, t);
+        t.add_to(&mut row);
     }
     let live_detected = fleet.total("corrupt_chunks") - corrupt;
     // The entries in place of chunk files hold their chunk again once the fills are written.

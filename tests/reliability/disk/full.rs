@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use memarts_shim::Error;
 
-use super::{bytes_on_disk, fill_row, log_lines, read_all, LARGE, SMALL};
+use super::{bytes_on_disk, log_lines, read_all, LARGE, SMALL};
 use crate::common::{pattern, text, Fleet};
 use crate::report::Row;
 use crate::workload::{self, readers, stop_readers, wrong_bytes, Dataset, Tally};
@@ -154,7 +154,7 @@ fn filesystem_fills(scale: Scale, data: &Arc<Dataset>, row: &mut Row) -> String 
     stop_readers(&stop, h2);
     let writes = writer.join().expect("the writer panicked");
     for t in [&small, &large, &sweep] {
-        fill_row(row, t);
+        t.add_to(row);
     }
 
     let status = fleet.status();
@@ -279,7 +279,7 @@ fn within_capacity(data: &Arc<Dataset>, row: &mut Row) -> String {
     std::thread::sleep(Duration::from_millis(200));
     stop.store(true, Ordering::Relaxed);
     sampler.join().expect("the sampler panicked");
-    fill_row(row, &tally);
+    tally.add_to(row);
     let (max_du, max_df) = (max_du.load(Ordering::Relaxed), max_df.load(Ordering::Relaxed));
     if max_du > CAPACITY {
         row.violate(format!("R1: {max_du} bytes of files on disk for a capacity of {CAPACITY}"));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use memarts_proxy::chunk_store::{select_engine, EngineKind};
 
-use super::{fill_row, LARGE, SMALL};
+use super::{LARGE, SMALL};
 use crate::common::seccomp::{deny_io_uring_in, is_filtered};
 use crate::common::{text, Fleet};
 use crate::report::Row;
@@ -59,8 +59,8 @@ pub fn run(scale: Scale) -> Row {
     std::thread::sleep(Duration::from_secs(scale.pick(3, 10)));
     stop_readers(&stop, h1);
     stop_readers(&stop, h2);
-    fill_row(&mut row, &small);
-    fill_row(&mut row, &large);
+    small.add_to(&mut row);
+    large.add_to(&mut row);
 
     // Detected: slots that are alive and report the pread engine.
     let status = fleet.status();

@@ -14,8 +14,9 @@ use memarts_protocol::{frame, ErrorCode, Limits, Request, Response};
 use rand::{Rng, SeedableRng};
 
 use super::{Subject, CS};
+use crate::common::files::files_below;
 use crate::common::moto;
-use crate::common::raw::{as_other_user, files_below, hello, open_to_other_users, read_response, OTHER_UID};
+use crate::common::raw::{as_other_user, hello, open_to_other_users, read_response, OTHER_UID};
 use crate::report::Row;
 use crate::workload::{self, Dataset};
 use crate::Scale;
