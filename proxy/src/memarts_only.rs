@@ -219,6 +219,9 @@ impl OnlyStore {
         if !meta.is_file() {
             return Err(corrupt(format!("not a regular file at its path ({:?})", meta.file_type())));
         }
+        // Back to blocking for whoever reads it (io_uring answers EAGAIN on non-blocking files).
+        nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
+            .map_err(io::Error::from)?;
         let file_len = meta.len();
         let mut head = vec![0u8; (FIXED + MAX_URL_LEN + 4).min(file_len as usize)];
         file.read_exact_at(&mut head, 0)?;

@@ -177,26 +177,25 @@ impl ChunkStore {
         let path = self.path_of(id);
         let opened = run_blocking(move || {
             // Only a regular file can be a chunk. Anything else at its path (a directory, a named
-            // pipe, whose open would wait for a writer forever) would keep the chunk out of the cache
-            // for good: it is removed, so the chunk can be stored again.
-            match fs::metadata(&path) {
-                Ok(meta) if !meta.is_file() => {
-                    let what = describe(meta.file_type());
-                    remove_entry(&path)?;
-                    return Ok(Err(what));
-                }
-                Ok(_) => {}
+            // pipe) would keep the chunk out of the cache for good: it is removed, so the chunk can
+            // be stored again. Opened non-blocking, so a pipe cannot hold the open waiting for a
+            // writer; one open and one fstat, as for any hit.
+            let file = match OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+                Ok(file) => file,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
                 Err(e) => return Err(e),
+            };
+            let meta = file.metadata()?;
+            if !meta.is_file() {
+                drop(file);
+                remove_entry(&path)?;
+                return Ok(Err(describe(meta.file_type())));
             }
-            match File::open(path) {
-                Ok(file) => {
-                    let len = file.metadata()?.len();
-                    Ok(Ok(Some((file, len))))
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Ok(None)),
-                Err(e) => Err(e),
-            }
+            // Back to blocking: io_uring answers EAGAIN, instead of waiting for the disk, on a
+            // non-blocking file whose data is not in the page cache.
+            nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
+                .map_err(io::Error::from)?;
+            Ok(Ok(Some((file, meta.len()))))
         })
         .await?;
         let (file, file_len) = match opened {
