@@ -102,18 +102,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         }
         // Wait until the slots that started have exited (their pid locks are free), so that "were
         // stopped" is true when we return and a retry does not find them still running.
-        let live: Vec<_> = pid_files(&cfg.run_dir)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|(slot, path)| match probe(&path) {
-                Probe::Live(pid) => Some((slot, pid, path)),
-                _ => None,
-            })
-            .collect();
-        for (slot, pid, path) in wait_for_exit(&live, Duration::from_secs(10)) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-            let _ = wait_for_exit(&[(slot, pid, path)], Duration::from_secs(5));
-        }
+        kill_survivors(&live_slots(&cfg.run_dir).unwrap_or_default(), Duration::from_secs(10));
         let _ = clean_stale(&cfg.run_dir);
         let _ = std::fs::remove_file(cfg.fleet_file());
         bail!("the fleet did not start:\n  {}\n(the slots that started were stopped)", failures.join("\n  "));
@@ -193,11 +182,7 @@ pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
         if let Some(path) = pid_files.get(&slot) {
             if let Probe::Live(pid) = probe(path) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-                for (slot, pid, path) in wait_for_exit(&[(slot, pid, path.clone())], grace) {
-                    eprintln!("memarts: slot {slot} (pid {pid}) did not drain within {grace:?}; killing it");
-                    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-                    let _ = wait_for_exit(&[(slot, pid, path)], Duration::from_secs(5));
-                }
+                kill_survivors(&[(slot, pid, path.clone())], grace);
             }
         }
         clean_stale(&run_dir)?;
@@ -239,24 +224,16 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let cleaned = clean_stale(run_dir)?;
-    let mut live = Vec::new();
-    for (slot, path) in pid_files(run_dir)? {
-        if let Probe::Live(pid) = probe(&path) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
-            live.push((slot, pid, path));
-        }
+    let live = live_slots(run_dir)?;
+    for (_, pid, _) in &live {
+        let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
     }
     let orphans = orphan_proxies(run_dir);
     for pid in &orphans {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
     }
     let grace = Duration::from_secs_f64(args.grace);
-    let survivors = wait_for_exit(&live, grace);
-    for (slot, pid, path) in &survivors {
-        eprintln!("memarts: slot {slot} (pid {pid}) did not drain within {grace:?}; killing it");
-        let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
-        let _ = wait_for_exit(&[(*slot, *pid, path.clone())], Duration::from_secs(5));
-    }
+    kill_survivors(&live, grace);
     for pid in &orphans {
         if wait_pid_gone(*pid, grace) {
             continue;
@@ -337,6 +314,27 @@ fn clean_stale(run_dir: &Path) -> Result<usize> {
         }
     }
     Ok(removed)
+}
+
+/// Slots whose pid file is held by a live process: (slot, pid, pid file).
+fn live_slots(run_dir: &Path) -> Result<Vec<(u32, i32, PathBuf)>> {
+    Ok(pid_files(run_dir)?
+        .into_iter()
+        .filter_map(|(slot, path)| match probe(&path) {
+            Probe::Live(pid) => Some((slot, pid, path)),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Waits up to `grace` for `live` slots (already sent SIGTERM) to exit, then SIGKILLs the rest and
+/// waits for them a little longer.
+fn kill_survivors(live: &[(u32, i32, PathBuf)], grace: Duration) {
+    for (slot, pid, path) in wait_for_exit(live, grace) {
+        eprintln!("memarts: slot {slot} (pid {pid}) did not drain within {grace:?}; killing it");
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = wait_for_exit(&[(slot, pid, path)], Duration::from_secs(5));
+    }
 }
 
 /// Waits (blocking on each pid file's lock, in a thread per slot) until the slots exit or `grace`
