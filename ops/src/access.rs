@@ -4,10 +4,10 @@
 use anyhow::Result;
 use memarts_protocol::{ListEntry, ListRequest, ObjectMeta, ObjectUrl};
 use memarts_proxy::origin::Origin;
-use memarts_shim::{fleet_running, Client, ShimConfig};
+use memarts_shim::{fleet_running, Client};
 
 use crate::cli::Common;
-use crate::settings::resolve;
+use crate::settings::{resolve, shim_config};
 
 pub enum Access {
     Fleet(Client),
@@ -17,8 +17,8 @@ pub enum Access {
 pub fn access(common: &Common) -> Result<Access> {
     let cfg = resolve(common)?;
     if fleet_running(&cfg.run_dir) {
-        let shim = ShimConfig { run_dir: cfg.run_dir.clone(), ..ShimConfig::from_env()? };
-        return Ok(Access::Fleet(Client::new(shim)?));
+        // An untrusted fleet is an error here, never a reason to go to the origin without it.
+        return Ok(Access::Fleet(Client::new(shim_config(&cfg)?)?));
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     Ok(Access::Direct(Box::new((Origin::from_env(cfg.origin)?, rt))))

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use memarts_proxy::config::FleetConfig;
-use memarts_proxy::lifecycle::{ensure_private_dir, Readiness};
+use memarts_proxy::lifecycle::{check_own_dir, ensure_run_dir, Readiness};
 use memarts_proxy::origin::FileCredentialProvider;
 use memarts_proxy::size::{format_size, parse_size};
 use nix::fcntl::{Flock, FlockArg};
@@ -52,7 +52,8 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         // One clear error naming the file rather than one per slot; each slot reads it again anyway.
         FileCredentialProvider::open(path)?;
     }
-    ensure_private_dir(&cfg.run_dir).with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
+    ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids())
+        .with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
 
     let slots = pid_files(&cfg.run_dir)?;
     let live: Vec<String> = slots
@@ -168,6 +169,9 @@ fn spawn_slot(
 pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let run_dir = resolve(common)?.run_dir;
+    if run_dir.exists() {
+        check_own_dir(&run_dir).with_context(|| format!("run dir {}", run_dir.display()))?;
+    }
     let fleet_file = memarts_proxy::config::fleet_file(&run_dir);
     let text = std::fs::read(&fleet_file).with_context(|| {
         format!("no running fleet in {} (start one with `memarts start_proxy N`)", run_dir.display())
@@ -223,6 +227,7 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
         println!("memarts: no fleet in {} (nothing to stop)", run_dir.display());
         return Ok(ExitCode::SUCCESS);
     }
+    check_own_dir(run_dir).with_context(|| format!("run dir {}", run_dir.display()))?;
     let cleaned = clean_stale(run_dir)?;
     let live = live_slots(run_dir)?;
     for (_, pid, _) in &live {
@@ -407,7 +412,9 @@ fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {
     let path = cfg.fleet_file();
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(cfg)?)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600))?;
+    // Readable by the allowed uids' clients, which route by its slot count; it holds no secret.
+    let mode = if cfg.serves_other_uids() { 0o644 } else { 0o600 };
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
     std::fs::rename(&tmp, &path)?;
     Ok(())
 }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use memarts_proxy::config::FleetConfig;
+use memarts_shim::trust::TRUSTED_UIDS_VAR;
+use memarts_shim::ShimConfig;
 
 use crate::cli::Common;
 
@@ -30,6 +32,17 @@ pub fn resolve(common: &Common) -> Result<FleetConfig> {
     // Proxies read it from fleet.json, whatever their working directory.
     cfg.origin.credentials_file = cfg.origin.credentials_file.map(absolute).transpose()?;
     Ok(cfg)
+}
+
+/// The shim settings of the commands that talk to the fleet: the environment's, with `cfg`'s run
+/// dir, and its `trusted_uids` unless `MEMARTS_TRUSTED_UIDS` is set (environment over config file).
+pub fn shim_config(cfg: &FleetConfig) -> Result<ShimConfig> {
+    let mut shim = ShimConfig::from_env()?;
+    shim.run_dir = cfg.run_dir.clone();
+    if std::env::var_os(TRUSTED_UIDS_VAR).is_none_or(|v| v.is_empty()) {
+        shim.trusted_uids = cfg.trusted_uids.clone();
+    }
+    Ok(shim)
 }
 
 pub fn absolute(p: PathBuf) -> Result<PathBuf> {

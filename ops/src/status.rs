@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use memarts_proxy::size::format_size;
-use memarts_shim::{Client, ShimConfig};
+use memarts_shim::Client;
 use serde_json::{json, Value};
 
 use crate::cli::{Common, StatusArgs};
@@ -13,9 +13,10 @@ use crate::settings::resolve;
 
 pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     let cfg = resolve(common)?;
-    let shim_cfg = ShimConfig { run_dir: cfg.run_dir.clone(), ..ShimConfig::default() };
-    let client = match Client::new(shim_cfg) {
+    let client = match Client::new(crate::settings::shim_config(&cfg)?) {
         Ok(c) => c,
+        // Not "no fleet": one runs there, and it is refused.
+        Err(e @ memarts_shim::Error::Untrusted(_)) => return Err(e.into()),
         Err(e) => {
             if args.json {
                 println!(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use memarts_proxy::size::format_size;
-use memarts_shim::{fleet_running, Client, ShimConfig};
+use memarts_shim::{fleet_running, Client};
 
 use crate::cli::{Common, WarmupArgs};
 use crate::settings::resolve;
@@ -60,7 +60,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
             cfg.run_dir.display()
         );
     }
-    let client = Client::new(ShimConfig { run_dir: cfg.run_dir.clone(), ..ShimConfig::from_env()? })?;
+    let client = Client::new(crate::settings::shim_config(&cfg)?)?;
     let listed = Instant::now();
     let objects: Vec<_> = client.list(&args.url_prefix, true)?.into_iter().filter(|e| !e.is_dir).collect();
     let total: u64 = objects.iter().map(|e| e.size).sum();

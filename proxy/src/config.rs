@@ -45,8 +45,19 @@ pub struct FleetConfig {
     pub passthrough: bool,
     /// How long a stat result is trusted before the ETag is revalidated with the origin.
     pub meta_ttl_secs: f64,
-    /// Uids allowed to connect besides the proxy's own.
+    /// Uids allowed to connect besides the proxy's own. When there are any, the run dir is 0711,
+    /// the sockets 0666 and `fleet.json` 0644, so that they can; the peer-credential check refuses
+    /// every other uid before a byte is read.
     pub allowed_uids: Vec<u32>,
+    /// Local directories (plain paths and `file://`) that clients of those other uids may read
+    /// through the proxy, which reads with its own rights; outside them such clients get
+    /// `PermissionDenied`, and they may never write or delete local paths through it. Clients of
+    /// the proxy's own uid are not limited: they could read the files themselves. Default: none.
+    pub local_roots: Vec<PathBuf>,
+    /// Client side, read by the `memarts` CLI (not by the proxies): uids whose fleets it trusts
+    /// besides the caller's own, e.g. `[0]` for a system fleet run by root. `MEMARTS_TRUSTED_UIDS`
+    /// takes precedence. A fleet of any other uid is refused before a byte is read or written.
+    pub trusted_uids: Vec<u32>,
     /// Connections a slot accepts at once; more are refused with `Unavailable`.
     pub max_connections: u32,
     /// A connection idle this long between requests is closed (the shim reconnects transparently).
@@ -125,6 +136,8 @@ impl Default for FleetConfig {
             origin_log: true,
             meta_ttl_secs: 60.0,
             allowed_uids: Vec::new(),
+            local_roots: Vec::new(),
+            trusted_uids: Vec::new(),
             max_connections: 4096,
             idle_timeout_secs: 600.0,
             io_timeout_secs: 30.0,
@@ -209,6 +222,9 @@ impl FleetConfig {
                 return Err(format!("capacity must be at least 64MiB, got {cap} bytes"));
             }
         }
+        if let Some(root) = self.local_roots.iter().find(|r| !r.is_absolute()) {
+            return Err(format!("local_roots must be absolute paths, got {}", root.display()));
+        }
         self.engine_kind()?;
         for (name, v) in [
             ("meta_ttl_secs", self.meta_ttl_secs),
@@ -238,6 +254,13 @@ impl FleetConfig {
             return Err("origin.credentials_file must be a path, got an empty string".into());
         }
         Ok(())
+    }
+
+    /// Whether clients of other uids may use the fleet (`allowed_uids`): then its run dir is 0711,
+    /// its sockets 0666 and `fleet.json` 0644 (the peer-credential check decides who gets in),
+    /// else they are 0700, 0600 and 0600.
+    pub fn serves_other_uids(&self) -> bool {
+        self.allowed_uids.iter().any(|&uid| uid != nix::unistd::getuid().as_raw())
     }
 
     pub fn engine_kind(&self) -> Result<EngineKind, String> {
@@ -343,6 +366,8 @@ mod tests {
         assert!(cfg.validate().unwrap_err().contains("io_engine"));
         let cfg = FleetConfig { cache_dir: "rel".into(), ..FleetConfig::default() };
         assert!(cfg.validate().unwrap_err().contains("cache_dir"));
+        let cfg = FleetConfig { local_roots: vec!["data".into()], ..FleetConfig::default() };
+        assert!(cfg.validate().unwrap_err().contains("local_roots"));
     }
 
     #[test]

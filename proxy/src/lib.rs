@@ -92,6 +92,7 @@ pub fn conn_settings(cfg: &FleetConfig, slot: u32) -> ConnSettings {
         slot,
         slots: cfg.slots,
         allowed_uids: cfg.allowed_uids.clone(),
+        local: server::LocalAccess::new(nix::unistd::getuid().as_raw(), &cfg.local_roots),
         idle_timeout: Duration::from_secs_f64(cfg.idle_timeout_secs),
         io_timeout: Duration::from_secs_f64(cfg.io_timeout_secs),
         spin: Duration::from_micros(cfg.spin_us),

@@ -26,25 +26,63 @@ pub struct Readiness {
     pub warning: Option<String>,
 }
 
-/// Creates the run dir 0700, or checks that an existing one is ours and closed to others.
+/// Creates the run dir 0700, or checks that an existing one is ours and closes it to others.
 pub fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+    ensure_run_dir(dir, false)
+}
+
+/// [`ensure_private_dir`], except that a fleet serving other uids (`allowed_uids`) keeps its run
+/// dir 0711: others may reach the sockets and `fleet.json` by name, but list and change nothing
+/// (it is created 0700 all the same, and opened only once it is known to be ours).
+pub fn ensure_run_dir(dir: &Path, serves_other_uids: bool) -> io::Result<()> {
     match std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }
+    let meta = owned_by_us(dir)?;
+    let wanted = if serves_other_uids { 0o711 } else { 0o700 };
+    if meta.mode() & 0o777 != wanted {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(wanted))?;
+    }
+    Ok(())
+}
+
+/// Checks, without changing anything, that the existing run dir `dir` is ours and that nobody else
+/// can write into it: what `stop_proxy` and `restart_proxy` need before they signal the pids its
+/// pid files name (in a run dir someone else made, those could name any process).
+pub fn check_own_dir(dir: &Path) -> io::Result<()> {
+    let meta = owned_by_us(dir)?;
+    if meta.mode() & 0o022 != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is writable by other users (mode {:04o}), so its pid files may not be ours; \
+                 run `chmod go-w {}` after checking them",
+                dir.display(),
+                meta.mode() & 0o7777,
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn owned_by_us(dir: &Path) -> io::Result<std::fs::Metadata> {
     let meta = std::fs::metadata(dir)?;
     let uid = nix::unistd::getuid().as_raw();
     if meta.uid() != uid {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
-            format!("{} belongs to uid {}, not to us (uid {uid})", dir.display(), meta.uid()),
+            format!(
+                "{} belongs to uid {}, not to us (uid {uid}): another user created it. Use a run \
+                 dir of your own (MEMARTS_RUN_DIR, or XDG_RUNTIME_DIR), or remove it",
+                dir.display(),
+                meta.uid()
+            ),
         ));
     }
-    if meta.mode() & 0o077 != 0 {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
-    }
-    Ok(())
+    Ok(meta)
 }
 
 /// The held lock of a slot; dropping it (or dying) releases the slot.
@@ -109,7 +147,7 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
     if slot >= cfg.slots {
         return fail(format!("slot {slot} is out of range for a fleet of {}", cfg.slots));
     }
-    if let Err(e) = ensure_private_dir(&cfg.run_dir) {
+    if let Err(e) = ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids()) {
         return fail(format!("run dir {}: {e}", cfg.run_dir.display()));
     }
     let _lock = match lock_slot(&cfg.pid_path(slot)) {
@@ -122,6 +160,12 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         Ok(l) => l,
         Err(e) => return fail(format!("bind {}: {e}", socket.display())),
     };
+    if cfg.serves_other_uids() {
+        // Other uids need to connect; who gets past the connect is the peer-credential check's call.
+        if let Err(e) = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)) {
+            return fail(format!("opening {} to allowed_uids: {e}", socket.display()));
+        }
+    }
     // A node runs N slots; two workers each keep a slot responsive without N x cores threads.
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,

@@ -27,6 +27,8 @@ struct Pools {
 /// (the child drops the inherited connections and opens its own).
 pub struct Client {
     pub(crate) cfg: ShimConfig,
+    /// The uid the fleet's run dir belongs to, which every proxy socket's peer must run as.
+    owner: u32,
     slots: AtomicU32,
     pools: Mutex<Pools>,
 }
@@ -51,6 +53,8 @@ pub fn fleet_slots(run_dir: &Path) -> Result<u32> {
 }
 
 /// Whether a fleet answers in `run_dir` (a `fleet.json` and at least one connectable socket).
+/// Nothing is sent, and whether the fleet is trusted is not asked: a client of a fleet that runs
+/// but is not trusted fails with [`Error::Untrusted`] instead of quietly going without it.
 pub fn fleet_running(run_dir: &Path) -> bool {
     let Ok(slots) = fleet_slots(run_dir) else { return false };
     (0..slots).any(|s| std::os::unix::net::UnixStream::connect(socket_path(run_dir, s)).is_ok())
@@ -74,11 +78,14 @@ fn is_transient(e: &Error) -> bool {
 }
 
 impl Client {
-    /// A client for the fleet in `cfg.run_dir`. Fails if no fleet was ever started there.
+    /// A client for the fleet in `cfg.run_dir`. Fails if no fleet was ever started there, and with
+    /// [`Error::Untrusted`] if the run dir is not one this client trusts (see [`crate::trust`]).
     pub fn new(cfg: ShimConfig) -> Result<Client> {
+        let owner = crate::trust::check_run_dir(&cfg.run_dir, &cfg.trusted_uids)?;
         let slots = fleet_slots(&cfg.run_dir)?;
         Ok(Client {
             cfg,
+            owner,
             slots: AtomicU32::new(slots),
             pools: Mutex::new(Pools { pid: std::process::id(), per_slot: Vec::new() }),
         })
@@ -113,7 +120,7 @@ impl Client {
         if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
             return Ok((conn, true));
         }
-        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout, self.cfg.spin)?;
+        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)?;
         if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
             // The fleet restarted with another size: route by the new one from now on.
             self.slots.store(conn.welcome.slots, Ordering::Relaxed);
@@ -266,12 +273,13 @@ impl Client {
     pub fn status(&self, timeout: Duration) -> Vec<(u32, Result<SlotStatus>)> {
         (0..self.slots())
             .map(|slot| {
-                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), timeout, self.cfg.spin)
-                    .and_then(|mut c| match c.call(&Request::Status)?.response {
-                        Response::Status(s) => Ok(s),
-                        Response::Error(e) => Err(e.into()),
-                        other => Err(Error::Protocol(format!("unexpected answer to Status: {other:?}"))),
-                    });
+                let res =
+                    Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
+                        .and_then(|mut c| match c.call(&Request::Status)?.response {
+                            Response::Status(s) => Ok(s),
+                            Response::Error(e) => Err(e.into()),
+                            other => Err(Error::Protocol(format!("unexpected answer to Status: {other:?}"))),
+                        });
                 (slot, res)
             })
             .collect()

@@ -22,6 +22,9 @@ pub struct ShimConfig {
     /// How long a call polls the socket for its reply before blocking (`MEMARTS_SPIN_US`, default
     /// 100 µs, 0 = never poll). See `memarts_protocol::spin`.
     pub spin: Duration,
+    /// Uids whose fleets this client trusts besides its own (`MEMARTS_TRUSTED_UIDS`: uids or user
+    /// names, e.g. `root` for a system-wide fleet). See [`crate::trust`].
+    pub trusted_uids: Vec<u32>,
 }
 
 impl Default for ShimConfig {
@@ -32,6 +35,7 @@ impl Default for ShimConfig {
             parallel: 16,
             deadline: Duration::from_secs(30),
             spin: memarts_protocol::spin::DEFAULT_SPIN,
+            trusted_uids: Vec::new(),
         }
     }
 }
@@ -77,6 +81,10 @@ impl ShimConfig {
         if let Some(v) = get("MEMARTS_SPIN_US") {
             cfg.spin = memarts_protocol::spin::parse_spin_us(&v).map_err(Error::Config)?;
         }
+        if let Some(v) = get(crate::trust::TRUSTED_UIDS_VAR) {
+            cfg.trusted_uids = crate::trust::parse_uids(&v)
+                .map_err(|e| Error::Config(format!("{}={v:?}: {e}", crate::trust::TRUSTED_UIDS_VAR)))?;
+        }
         Ok(cfg)
     }
 
@@ -104,6 +112,7 @@ mod tests {
         assert_eq!((cfg.chunk_size, cfg.parallel), (65536, 4));
         assert_eq!(cfg.spin, memarts_protocol::spin::DEFAULT_SPIN);
         assert_eq!(with(&[("MEMARTS_SPIN_US", "0")]).unwrap().spin, Duration::ZERO);
+        assert_eq!(with(&[("MEMARTS_TRUSTED_UIDS", "0,1000")]).unwrap().trusted_uids, vec![0, 1000]);
     }
 
     #[test]
@@ -115,6 +124,7 @@ mod tests {
             ("MOX_COPY_PARALLEL_THREADS", "0"),
             ("MEMARTS_TIMEOUT", "-3"),
             ("MEMARTS_SPIN_US", "soon"),
+            ("MEMARTS_TRUSTED_UIDS", "0,-1"),
         ] {
             let err = with(&[(k, v)]).unwrap_err().to_string();
             assert!(err.contains(k), "{err}");

@@ -1,5 +1,5 @@
-//! One synchronous connection to one proxy slot: connect, handshake, request/response in lockstep,
-//! and the receiving half of descriptor passing.
+//! One synchronous connection to one proxy slot: connect (to a peer of the trusted uid only),
+//! handshake, request/response in lockstep, and the receiving half of descriptor passing.
 
 use std::io::{IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -29,9 +29,11 @@ pub struct Reply {
 }
 
 impl Conn {
-    /// Connects and shakes hands; replies are polled for up to `spin` before blocking.
-    pub fn connect(path: &Path, timeout: Duration, spin: Duration) -> Result<Conn> {
+    /// Connects and shakes hands; replies are polled for up to `spin` before blocking. The process
+    /// on the other end must run as `owner` (the run dir's owner), checked before a byte is sent.
+    pub fn connect(path: &Path, owner: u32, timeout: Duration, spin: Duration) -> Result<Conn> {
         let stream = UnixStream::connect(path)?;
+        crate::trust::check_peer(&stream, path, owner)?;
         stream.set_read_timeout(Some(timeout))?;
         stream.set_write_timeout(Some(timeout))?;
         let mut conn = Conn { stream, spinner: Spinner::new(spin), welcome: placeholder_welcome() };

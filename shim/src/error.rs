@@ -28,6 +28,10 @@ pub enum Error {
     /// The proxy answered something this shim cannot understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The fleet in the run dir is not one this client trusts (another user's run dir or proxy, or
+    /// a run dir others can write to); nothing was read from it or sent to it. See `trust`.
+    #[error("untrusted memarts fleet: {0}")]
+    Untrusted(String),
     /// A setting (environment variable or argument) is malformed.
     #[error("configuration error: {0}")]
     Config(String),

@@ -7,6 +7,7 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
 mod chunk_io;
@@ -16,6 +17,7 @@ mod conn;
 pub mod error;
 mod fill;
 mod read;
+pub mod trust;
 mod write;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};

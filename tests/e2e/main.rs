@@ -21,4 +21,5 @@ mod reads;
 mod restart;
 mod secrets;
 mod traced;
+mod trust;
 mod upload;

@@ -17,6 +17,7 @@ use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
 use super::fdpass::send_with_fds;
+use super::local_access::LocalAccess;
 use super::upload::Uploads;
 use crate::budget::{Held, MemoryBudget};
 use crate::cache::{Cache, ChunkOutcome};
@@ -27,6 +28,8 @@ pub struct ConnSettings {
     pub slot: u32,
     pub slots: u32,
     pub allowed_uids: Vec<u32>,
+    /// What clients of those other uids may do with local paths (`local_roots`).
+    pub local: LocalAccess,
     pub idle_timeout: Duration,
     pub io_timeout: Duration,
     /// Polling budget between requests (see `memarts_protocol::spin`).
@@ -127,6 +130,10 @@ async fn serve_inner(
             Err(e) => return Err(e),
         };
         cache.stats.requests.fetch_add(1, Ordering::Relaxed);
+        if let Err(refused) = settings.local.check_request(uid, &request).await {
+            send(stream, &Response::Error(refused), settings).await?;
+            continue;
+        }
         match request {
             Request::Hello(_) => return refuse(stream, settings, "Hello may only be sent once").await,
             Request::Stat { url, refresh } => {

@@ -1,9 +1,11 @@
 //! The socket side of a slot: bind (0600 from creation), accept with a connection limit, one task per
-//! connection, and drain on shutdown. `run` is what both the `memarts-proxy` binary and in-process
+//! connection (peer-credential check; local paths for other uids limited to `local_roots`), and
+//! drain on shutdown. `run` is what both the `memarts-proxy` binary and in-process
 //! tests call.
 
 mod conn;
 mod fdpass;
+mod local_access;
 mod upload;
 
 use std::io;
@@ -20,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use conn::ConnSettings;
+pub use local_access::{LocalAccess, LocalUse};
 
 use crate::cache::Cache;
 

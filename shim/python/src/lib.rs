@@ -28,6 +28,7 @@ fn to_py(py: Python<'_>, e: Error) -> PyErr {
         Error::BadRequest(_) => "BadRequestError",
         Error::Unavailable(_) => "UnavailableError",
         Error::Config(_) => "ConfigError",
+        Error::Untrusted(_) => "UntrustedFleetError",
         Error::Io(_) => "IoError",
         Error::Protocol(_) => "ProtocolError",
         _ => "InternalError",

@@ -10,9 +10,10 @@
 //! - `Replace(f)`: `f` overwrites the object on the server, then the request goes on: it and every
 //!   later ranged GET of the same read meet the new version (a read pinned by `If-Match` gets 412).
 //!
-//! `set_down(true)` makes every connection reset at once (the origin is unreachable), and
+//! `set_down(true)` makes every connection reset at once (the origin is unreachable),
 //! `allow_keys` makes the relay answer 403 `InvalidAccessKeyId` to a request signed with any other
-//! access key id (credential rotation). Each connection carries one request (`Connection: close`).
+//! access key id (credential rotation), and `rewrite` sends requests for one bucket to another (an
+//! impostor's origin that serves other bytes under the same names). Each connection carries one request (`Connection: close`).
 // Shared by the end-to-end tests and the reliability campaign; each uses a part of it.
 #![allow(dead_code)]
 
@@ -93,6 +94,7 @@ struct State {
     injected: AtomicU64,
     refused_keys: AtomicU64,
     keys_seen: Mutex<std::collections::BTreeSet<String>>,
+    rewrite: Mutex<Option<(String, String)>>,
 }
 
 pub struct FaultRelay {
@@ -153,6 +155,12 @@ impl FaultRelay {
     /// Only requests signed with one of `keys` are forwarded (`None`: any).
     pub fn allow_keys(&self, keys: Option<Vec<String>>) {
         *self.state.allowed_keys.lock().unwrap() = keys;
+    }
+
+    /// Forwards requests whose path starts with `/<from>/` as requests for `/<to>/` (moto does not
+    /// check signatures, so the rewritten request is served).
+    pub fn rewrite(&self, from: &str, to: &str) {
+        *self.state.rewrite.lock().unwrap() = Some((format!("/{from}/"), format!("/{to}/")));
     }
 
     pub fn requests(&self) -> u64 {
@@ -343,8 +351,13 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
     if st.down.load(Ordering::SeqCst) {
         return reset(conn);
     }
-    let Some(req) = read_request(&mut conn) else { return };
+    let Some(mut req) = read_request(&mut conn) else { return };
     st.requests.fetch_add(1, Ordering::SeqCst);
+    if let Some((from, to)) = st.rewrite.lock().unwrap().as_ref() {
+        if let Some(rest) = req.path.strip_prefix(from.as_str()) {
+            req.path = format!("{to}{rest}");
+        }
+    }
     if let Some(k) = req.access_key() {
         st.keys_seen.lock().unwrap().insert(k.to_string());
     }

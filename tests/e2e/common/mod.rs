@@ -3,6 +3,7 @@
 pub mod fault_relay;
 pub mod files;
 pub mod fleet;
+pub mod foreign;
 pub mod moto;
 pub mod raw;
 pub mod seccomp;

@@ -21,6 +21,13 @@ class PermissionDeniedError(Error, PermissionError):
     """The origin refused the credentials, or this user may not use the fleet."""
 
 
+class UntrustedFleetError(PermissionDeniedError):
+    """The fleet in the run dir is not one this user trusts: its run dir or a proxy belongs to
+    another user (who could serve this job their own bytes), or others can write to its run dir.
+    Nothing was read from it or sent to it. The message names the run dir, its owner and the fix
+    (your own ``MEMARTS_RUN_DIR``, or ``MEMARTS_TRUSTED_UIDS`` for a system fleet you trust)."""
+
+
 class OriginError(Error, OSError):
     """The object store failed after every retry."""
 

@@ -9,8 +9,13 @@ Environment (read when this module is imported; a malformed value raises ``Confi
 ``MOX_COPY_PARALLEL_THREADS`` (16), ``MOX_OBS_TO_MOUNT_PATH`` (``obs://a=/cache/a;obs://b=/cache/b``),
 ``MOX_AUTO_READ_META_FREE`` (0), ``USE_METADATA_CACHE`` (0: a persistent metadata cache for
 ``read``, ``copy`` and ``copy_parallel``, see ``_metadata_cache``), ``MOX_MEMARTS_LARGE_FILE_ACC`` (0) with
-``MOX_FILE_PARTIAL_MAXIMUM_SIZE`` (5 GiB) and ``MOX_FILE_LARGE_FILE_TASK_NUM`` (8); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR`` and ``MEMARTS_TIMEOUT``
-are read by the client when it first connects.
+``MOX_FILE_PARTIAL_MAXIMUM_SIZE`` (5 GiB) and ``MOX_FILE_LARGE_FILE_TASK_NUM`` (8); ``MOX_FILE_CHUNK_SIZE``, ``MEMARTS_RUN_DIR``,
+``MEMARTS_TIMEOUT`` and ``MEMARTS_TRUSTED_UIDS`` are read by the client when it first connects.
+
+A fleet is used only if its run dir belongs to this user (or to a uid in ``MEMARTS_TRUSTED_UIDS``,
+e.g. ``root`` for a system fleet) and every proxy runs as that owner; any other fleet raises
+``UntrustedFleetError`` (a ``PermissionError``) before a byte is read or written, in every function
+including ``write_memarts``.
 
 Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is used through its
 sockets; with ``USE_MEMARTS=1`` and no fleet the engine runs inside this process on the same cache
@@ -31,7 +36,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _memarts
-from .errors import BadRequestError, ConfigError, Error, NoSpaceError, NotFoundError, StaleError
+from .errors import (
+    BadRequestError,
+    ConfigError,
+    Error,
+    NoSpaceError,
+    NotFoundError,
+    StaleError,
+    UntrustedFleetError,
+)
 
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
@@ -186,6 +199,10 @@ def write_memarts(path, data, retry=3):
         except (NoSpaceError, BadRequestError) as e:
             _log.warning("write_memarts(%s) failed: %s", path, e)
             return False
+        except UntrustedFleetError:
+            # Not a failure to store: the data must not go to that fleet at all, and a False would
+            # read as "no room" to a caller that falls back on something else.
+            raise
         except Error as e:
             last = e
     _log.warning("write_memarts(%s) failed after %d attempts: %s", path, max(1, int(retry)), last)
