@@ -25,6 +25,8 @@ fi
 # The binaries may live under /tmp, which the tmpfs is about to hide: keep them open across it.
 exec 3<"$bin/memarts" 4<"$bin/memarts-proxy"
 mount -t tmpfs -o mode=1777 memarts-squat /tmp
+# The working directory may have been under the old /tmp (a fresh clone is): out of everyone's way.
+cd /
 mkdir -m 0755 /tmp/bin
 cp /proc/self/fd/3 /tmp/bin/memarts
 cp /proc/self/fd/4 /tmp/bin/memarts-proxy
@@ -44,8 +46,7 @@ as_squatter() {
     MEMARTS_CONFIG="$home/fleet.toml" "$@"
 }
 requests() {
-  as_squatter /tmp/bin/memarts status --json |
-    python3 -c 'import json,sys; print(sum(s["requests"] for s in json.load(sys.stdin)["slots"]))'
+  as_squatter /tmp/bin/memarts status --json | grep -o '"requests": *[0-9]*' | awk '{ n += $NF } END { print n + 0 }'
 }
 as_squatter /tmp/bin/memarts start_proxy 2 >&2
 trap 'as_squatter /tmp/bin/memarts stop_proxy --grace 5 >&2 || true' EXIT

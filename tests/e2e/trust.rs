@@ -191,7 +191,7 @@ fn the_squatted_default_run_dir_is_refused_with_the_fix_named() {
         let line = stdout.lines().find_map(|l| l.split(name).nth(1)).unwrap_or_else(|| {
             panic!("no {name:?} line in:\n{stdout}\n{stderr}");
         });
-        line.trim().parse().unwrap()
+        line.trim().parse().unwrap_or_else(|_| panic!("{name:?} has no number in:\n{stdout}\n{stderr}"))
     };
     assert_ne!(field("victim-exit "), 0, "the victim read from the squatted run dir:\n{stdout}");
     assert!(!stdout.contains("poisoned"), "the victim got the squatter's bytes");
