@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use dashmap::DashMap;
+use memarts_protocol::{ErrorCode, WireError};
 use tokio::sync::watch;
 
 type Slot<V> = watch::Receiver<Option<V>>;
@@ -71,6 +72,7 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
     }
 
     /// Waits until the flight `id`, if one is running, has published; says whether there was one.
+    /// (See also [`Flights::join_fallible`], the join every fill of the slot uses.)
     pub async fn wait(&self, id: u128) -> bool {
         let Some(mut rx) = self.inflight.get(&id).map(|e| e.value().clone()) else { return false };
         let _ = rx.wait_for(Option::is_some).await;
@@ -83,6 +85,25 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
 
     pub fn is_empty(&self) -> bool {
         self.inflight.is_empty()
+    }
+}
+
+impl<T: Clone + Send + Sync + 'static> Flights<Result<T, WireError>> {
+    /// [`Flights::join`] for work that can fail, which is all of a slot's: returns the value only,
+    /// and a leader that ends without publishing (a panic) leaves its waiters an `Internal` error
+    /// saying that `what` was abandoned.
+    pub async fn join_fallible<F, Fut>(
+        self: &Arc<Self>,
+        id: u128,
+        what: &str,
+        start: F,
+    ) -> Result<T, WireError>
+    where
+        F: FnOnce(Leader<Result<T, WireError>>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let abandoned = || Err(WireError::new(ErrorCode::Internal, format!("{what} was abandoned")));
+        self.join(id, start, abandoned).await.0
     }
 }
 
@@ -130,5 +151,9 @@ mod tests {
         let (v, _) = flights.join(1, |leader| async move { drop(leader) }, || 99).await;
         assert_eq!(v, 99);
         assert!(flights.is_empty());
+        let fallible: Arc<Flights<Result<u32, WireError>>> = Arc::default();
+        let err = fallible.join_fallible(1, "the test fill", |leader| async move { drop(leader) }).await;
+        let err = err.unwrap_err();
+        assert_eq!((err.code, err.message.as_str()), (ErrorCode::Internal, "the test fill was abandoned"));
     }
 }

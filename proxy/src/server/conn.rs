@@ -1,26 +1,25 @@
-//! One client connection: peer-credential check, handshake, then one request and one response at a
-//! time until the client leaves, idles out, misbehaves, or the slot drains.
+//! One client connection: the handshake (`handshake.rs`), then one request and one response at a
+//! time (each handled in `dispatch.rs`) until the client leaves, idles out, misbehaves, or the slot
+//! drains. Reading requests is here: waiting for the next one (polling briefly first), a bounded
+//! read of its frame and payload, refusing what is malformed.
 
-use std::os::fd::AsFd;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use memarts_protocol::spin::Spinner;
-use memarts_protocol::{
-    frame, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FrameError, Limits, Request, Response, Welcome,
-    WireError, MAX_BATCH, PROTOCOL_VERSION,
-};
+use memarts_protocol::{frame, ErrorCode, FrameError, Limits, Request, Response, WireError};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::UnixStream;
 use tokio_util::sync::CancellationToken;
 
-use super::fdpass::send_with_fds;
+use super::dispatch::{dispatch, Ctx, Session};
+use super::handshake::handshake;
 use super::local_access::LocalAccess;
-use super::upload::Uploads;
+use super::reply::send;
 use crate::budget::{Held, MemoryBudget};
-use crate::cache::{Cache, ChunkOutcome};
+use crate::cache::Cache;
 
 /// Settings every connection of a slot shares.
 #[derive(Debug, Clone)]
@@ -42,7 +41,7 @@ pub struct ConnSettings {
 /// Why a connection ended abnormally (logged at debug level; the client already got a typed error
 /// where one could be sent).
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+pub(super) enum ConnError {
     #[error("{0}")]
     Frame(#[from] FrameError),
     #[error("timed out {0}")]
@@ -58,12 +57,12 @@ pub async fn serve(
     drain: CancellationToken,
 ) {
     cache.stats.connections.fetch_add(1, Ordering::Relaxed);
-    let mut uploads = Uploads::default();
-    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain, &mut uploads).await {
+    let mut session = Session { uid: u32::MAX, upload: None };
+    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain, &mut session).await {
         tracing::debug!("connection closed: {e}");
     }
     // A client that left in the middle of an upload leaves nothing visible at the origin.
-    uploads.abandon().await;
+    session.abandon_upload().await;
     cache.stats.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
@@ -72,39 +71,9 @@ async fn serve_inner(
     cache: &Arc<Cache>,
     settings: &ConnSettings,
     drain: &CancellationToken,
-    uploads: &mut Uploads,
+    session: &mut Session,
 ) -> Result<(), ConnError> {
-    // S1: the peer's uid is checked before a single byte of it is read.
-    let uid = stream.peer_cred().map_err(FrameError::Io)?.uid();
-    if uid != nix::unistd::getuid().as_raw() && !settings.allowed_uids.contains(&uid) {
-        let err = WireError::new(ErrorCode::PermissionDenied, format!("uid {uid} may not use this proxy"));
-        let _ = send(stream, &Response::Error(err), settings).await;
-        linger_close(stream).await;
-        return Err(ConnError::Refused(format!("uid {uid}")));
-    }
-
-    match read_request(stream, settings, cache.budget()).await?.0 {
-        Request::Hello(h) if h.protocol_version == PROTOCOL_VERSION => {
-            let welcome = Welcome {
-                protocol_version: PROTOCOL_VERSION,
-                slot: settings.slot,
-                slots: settings.slots,
-                server: concat!("memarts-proxy/", env!("CARGO_PKG_VERSION")).into(),
-            };
-            send(stream, &Response::Welcome(welcome), settings).await?;
-        }
-        Request::Hello(h) => {
-            let message = format!(
-                "client speaks protocol {}, this proxy speaks {PROTOCOL_VERSION}; upgrade the older side",
-                h.protocol_version
-            );
-            let _ = send(stream, &Response::Incompatible { supported: PROTOCOL_VERSION, message }, settings)
-                .await;
-            return Err(ConnError::Refused("incompatible protocol".into()));
-        }
-        _ => return refuse(stream, settings, "the first frame must be Hello").await,
-    }
-
+    session.uid = handshake(stream, settings, cache.budget()).await?;
     let mut spinner = Spinner::new(settings.spin);
     loop {
         // A client reading back to back sends its next request within microseconds: poll for it
@@ -130,141 +99,11 @@ async fn serve_inner(
             Err(e) => return Err(e),
         };
         cache.stats.requests.fetch_add(1, Ordering::Relaxed);
-        if let Err(refused) = settings.local.check_request(uid, &request).await {
-            send(stream, &Response::Error(refused), settings).await?;
-            continue;
-        }
-        match request {
-            Request::Hello(_) => return refuse(stream, settings, "Hello may only be sent once").await,
-            Request::Stat { url, refresh } => {
-                let reply = cache.stat(&url, refresh).await.map_or_else(Response::Error, Response::Stat);
-                send(stream, &reply, settings).await?;
-            }
-            Request::ReadChunk(req) => match cache.read_chunk(&req).await {
-                Ok(outcome) => send_chunk(stream, settings, outcome, Response::Chunk).await?,
-                Err(e) => send(stream, &Response::Error(e), settings).await?,
-            },
-            Request::ReadFirst(req) => match cache.read_first(&req).await {
-                Ok((meta, Some(outcome))) => {
-                    send_chunk(stream, settings, outcome, |c| Response::First { meta, chunk: Some(c) })
-                        .await?
-                }
-                Ok((meta, None)) => send(stream, &Response::First { meta, chunk: None }, settings).await?,
-                Err(e) => send(stream, &Response::Error(e), settings).await?,
-            },
-            Request::List(req) => {
-                let reply = cache.list(&req).await.map_or_else(Response::Error, Response::List);
-                send(stream, &reply, settings).await?;
-            }
-            Request::Status => send(stream, &Response::Status(cache.status()), settings).await?,
-            Request::ReadChunks(reqs) => send_batch(stream, settings, cache, reqs).await?,
-            Request::Delete { url } => {
-                let reply = cache.delete(&url).await.map_or_else(Response::Error, |()| Response::Deleted);
-                send(stream, &reply, settings).await?;
-            }
-            Request::PutStart { url } => send(stream, &uploads.start(cache, &url).await, settings).await?,
-            Request::PutData => send(stream, &uploads.data(payload).await, settings).await?,
-            Request::PutMemartsStart { url } => {
-                send(stream, &uploads.start_memarts_only(cache, &url).await, settings).await?
-            }
-            Request::ReadMemarts { url } => match cache.read_memarts(&url).await {
-                Ok(outcome) => send_chunk(stream, settings, outcome, Response::Chunk).await?,
-                Err(e) => send(stream, &Response::Error(e), settings).await?,
-            },
-            Request::PutFinish { size, crc32c } => {
-                send(stream, &uploads.finish(cache, size, crc32c).await, settings).await?
-            }
-        }
+        let cx = Ctx { stream: &mut *stream, engine: cache, settings, session: &mut *session };
+        dispatch(cx, request, payload).await?;
     }
 }
 
-/// A chunk outcome as it goes on the wire: its reply, the descriptor passed with it (large hits),
-/// or its bytes as payload (small hits and misses).
-fn chunk_parts(outcome: ChunkOutcome) -> (ChunkReply, Option<Arc<std::fs::File>>, Option<bytes::Bytes>) {
-    match outcome {
-        ChunkOutcome::Fd(chunk) => {
-            let reply = ChunkReply {
-                len: chunk.len,
-                crc32c: chunk.crc32c,
-                body: ChunkBody::Fd { offset: chunk.data_offset },
-                from_cache: true,
-            };
-            (reply, Some(chunk.file), None)
-        }
-        ChunkOutcome::Bytes { data, crc32c, from_cache } => {
-            let reply = ChunkReply { len: data.len() as u64, crc32c, body: ChunkBody::Inline, from_cache };
-            (reply, None, Some(data))
-        }
-    }
-}
-
-/// Sends one chunk, wrapped in the response `wrap` builds.
-async fn send_chunk(
-    stream: &mut UnixStream,
-    settings: &ConnSettings,
-    outcome: ChunkOutcome,
-    wrap: impl FnOnce(ChunkReply) -> Response,
-) -> Result<(), ConnError> {
-    let (reply, fd, data) = chunk_parts(outcome);
-    send_with(stream, settings, &wrap(reply), fd.as_slice(), data.as_slice()).await
-}
-
-/// Serves `ReadChunks`: every chunk at once (misses fetched concurrently), then one frame with all
-/// descriptors and all inline bytes, in request order.
-async fn send_batch(
-    stream: &mut UnixStream,
-    settings: &ConnSettings,
-    cache: &Arc<Cache>,
-    reqs: Vec<ChunkRequest>,
-) -> Result<(), ConnError> {
-    // Saturating: the ranges come from the client, and their sum must not wrap below the cap.
-    let total: u64 = reqs.iter().filter_map(|r| r.range()).fold(0, |t, r| t.saturating_add(r.end - r.start));
-    if reqs.len() > MAX_BATCH || total > u64::from(Limits::RESPONSE.max_payload) {
-        let why = format!(
-            "a batch of {} chunks ({total} bytes) exceeds {MAX_BATCH} chunks or {} bytes",
-            reqs.len(),
-            Limits::RESPONSE.max_payload
-        );
-        return send(stream, &Response::Error(WireError::new(ErrorCode::BadRequest, why)), settings).await;
-    }
-    let outcomes = futures::future::join_all(reqs.iter().map(|r| cache.read_chunk(r))).await;
-    let (mut results, mut fds, mut payload) = (Vec::new(), Vec::new(), Vec::new());
-    for outcome in outcomes {
-        match outcome {
-            Ok(o) => {
-                let (reply, fd, data) = chunk_parts(o);
-                results.push(Ok(reply));
-                fds.extend(fd);
-                payload.extend(data);
-            }
-            Err(e) => results.push(Err(e)),
-        }
-    }
-    send_with(stream, settings, &Response::Chunks(results), &fds, &payload).await
-}
-
-/// Sends `response` with `fds` passed on its first byte and `payload` after it.
-async fn send_with(
-    stream: &mut UnixStream,
-    settings: &ConnSettings,
-    response: &Response,
-    fds: &[Arc<std::fs::File>],
-    payload: &[bytes::Bytes],
-) -> Result<(), ConnError> {
-    let bytes = frame::encode(response, payload.iter().map(|p| p.len()).sum())?;
-    let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
-    with_timeout(settings, "sending a reply", async {
-        send_with_fds(stream, &bytes, &borrowed).await?;
-        for part in payload {
-            stream.write_all(part).await?;
-        }
-        Ok(())
-    })
-    .await
-}
-
-/// Reads one request and its payload (only `PutData` carries one); a payload on any other request,
-/// a malformed frame or an oversized one gets a typed `BadRequest` before the connection closes.
 /// Waits until the client has sent something (or closed): false if the slot started draining first.
 ///
 /// tokio's readiness is cached: after a request was read without hitting `WouldBlock`, `readable()`
@@ -302,7 +141,9 @@ async fn wait_for_request(
     }
 }
 
-async fn read_request(
+/// Reads one request and its payload (only `PutData` carries one); a payload on any other request,
+/// a malformed frame or an oversized one gets a typed `BadRequest` before the connection closes.
+pub(super) async fn read_request(
     stream: &mut UnixStream,
     settings: &ConnSettings,
     budget: &MemoryBudget,
@@ -339,7 +180,11 @@ async fn read_request(
     }
 }
 
-async fn refuse<T>(stream: &mut UnixStream, settings: &ConnSettings, why: &str) -> Result<T, ConnError> {
+pub(super) async fn refuse<T>(
+    stream: &mut UnixStream,
+    settings: &ConnSettings,
+    why: &str,
+) -> Result<T, ConnError> {
     let _ = send(stream, &Response::Error(WireError::new(ErrorCode::BadRequest, why)), settings).await;
     linger_close(stream).await;
     Err(ConnError::Refused(why.to_string()))
@@ -348,7 +193,7 @@ async fn refuse<T>(stream: &mut UnixStream, settings: &ConnSettings, why: &str) 
 /// Before closing on a client we refused: stop writing, then discard (never parse) what it may still
 /// be sending, briefly and boundedly. Closing a Unix socket with unread input resets the peer, which
 /// would make it lose the typed error we just sent.
-async fn linger_close(stream: &mut UnixStream) {
+pub(super) async fn linger_close(stream: &mut UnixStream) {
     use tokio::io::AsyncReadExt;
     let _ = stream.shutdown().await;
     let mut sink = [0u8; 4096];
@@ -359,25 +204,5 @@ async fn linger_close(stream: &mut UnixStream) {
             Ok(Ok(n)) if n > 0 => budget = budget.saturating_sub(n),
             _ => return,
         }
-    }
-}
-
-async fn send(
-    stream: &mut UnixStream,
-    response: &Response,
-    settings: &ConnSettings,
-) -> Result<(), ConnError> {
-    let bytes = frame::encode(response, 0)?;
-    with_timeout(settings, "sending a reply", stream.write_all(&bytes)).await
-}
-
-async fn with_timeout(
-    settings: &ConnSettings,
-    what: &'static str,
-    fut: impl std::future::Future<Output = std::io::Result<()>>,
-) -> Result<(), ConnError> {
-    match tokio::time::timeout(settings.io_timeout, fut).await {
-        Ok(r) => r.map_err(|e| ConnError::Frame(e.into())),
-        Err(_) => Err(ConnError::Timeout(what)),
     }
 }

@@ -1,12 +1,17 @@
 //! The socket side of a slot: bind (0600 from creation), accept with a connection limit, one task per
-//! connection (peer-credential check; local paths for other uids limited to `local_roots`), and
-//! drain on shutdown. `run` is what both the `memarts-proxy` binary and in-process
+//! connection, and drain on shutdown. A connection (`conn.rs`) opens with the handshake
+//! (`handshake.rs`: the peer-credential check, then `Hello`), then reads one request at a time and
+//! hands it to its handler (`dispatch.rs`), which maps it to engine calls and the answer to a reply
+//! (`reply.rs`, with `fdpass.rs` for passed descriptors). Clients of other uids may read local paths
+//! only under `local_roots` (`local_access.rs`). `run` is what both the `memarts-proxy` binary and in-process
 //! tests call.
 
 mod conn;
+mod dispatch;
 mod fdpass;
+mod handshake;
 mod local_access;
-mod upload;
+mod reply;
 
 use std::io;
 use std::os::unix::net::UnixListener as StdUnixListener;

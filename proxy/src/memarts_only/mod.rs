@@ -1,43 +1,46 @@
 //! memarts-only objects (`write_memarts`): data whose only copy is the cache. They are never evicted,
 //! survive `kill -9` and restarts, and are acknowledged only once durable.
 //!
-//! Layout: `<cache dir>/v1/memarts/<xxh3-128 of the URL, 32 hex>`, one file per object, written to
-//! `v1/tmp/` first, then fsynced, renamed into place, and the directory fsynced. A crash at any
-//! instant leaves the previous version or the new one, never a mix.
+//! Layout: `<cache dir>/v1/memarts/<xxh3-128 of the URL, 32 hex>`, one file per object: a header
+//! (`codec.rs`: the chunk format's, flagged memarts-only and bound to the URL), zero padding to a
+//! 4096-byte boundary, then the data. It is written to `v1/tmp/` first, then fsynced, renamed into
+//! place, and the directory fsynced: a crash at any instant leaves the previous version or the new
+//! one, never a mix. Files of the earlier format (`legacy.rs`) are read as they are.
 //!
-//! ```text
-//! offset  size  field
-//! 0       8     magic "MAMONLY1"
-//! 8       2     format version (1), u16 LE
-//! 10      2     reserved, 0
-//! 12      4     data offset D (the header rounded up to 4096), u32 LE
-//! 16      8     data length, u64 LE
-//! 24      4     CRC32C of the data, u32 LE
-//! 28      4     URL length U, u32 LE (at most MAX_URL_LEN)
-//! 32      U     the URL (normalised, e.g. s3://bucket/key)
-//! 32+U    4     CRC32C of bytes 0..32+U
-//! D       ...   the data
-//! ```
+//! - [`OnlyStore`]: begin / commit (durable, within the fleet-wide quota), get, remove, and
+//!   [`OnlyStore::read`], what a read request gets: the data inline (checked) or the open file.
+//! - [`wire_error`]: what a client is told of a failure (no room is `NoSpace`, with the way out).
+
+mod codec;
+mod legacy;
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use memarts_protocol::{crc32c, Crc32c, ObjectUrl, MAX_URL_LEN};
+use std::sync::Arc;
+
+use memarts_protocol::{crc32c, Crc32c, ErrorCode, ObjectUrl, WireError};
 use nix::fcntl::{Flock, FlockArg};
 
-const MAGIC: &[u8; 8] = b"MAMONLY1";
-const VERSION: u16 = 1;
-const FIXED: usize = 32;
+pub use codec::MEMARTS_ONLY_ETAG;
 
-/// A verified memarts-only object, open for reading.
+/// A memarts-only object whose header was verified, open for reading (its data is checked by
+/// whoever reads it).
 #[derive(Debug)]
 pub struct Stored {
     pub file: File,
     pub data_offset: u64,
     pub len: u64,
     pub crc32c: u32,
+}
+
+/// What a read request gets of an object: small ones inline (their data checked here), larger ones
+/// as the open file, whose descriptor is passed (the client checks the data).
+pub enum OnlyRead {
+    Inline { data: Vec<u8>, crc32c: u32 },
+    File(Stored),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,50 +59,10 @@ pub struct OnlyStore {
     quota: Option<u64>,
 }
 
-fn header(url: &str, len: u64, crc: u32) -> Vec<u8> {
-    let mut h = Vec::with_capacity(FIXED + url.len() + 4);
-    h.extend_from_slice(MAGIC);
-    h.extend_from_slice(&VERSION.to_le_bytes());
-    h.extend_from_slice(&0u16.to_le_bytes());
-    h.extend_from_slice(&(data_offset(url) as u32).to_le_bytes());
-    h.extend_from_slice(&len.to_le_bytes());
-    h.extend_from_slice(&crc.to_le_bytes());
-    h.extend_from_slice(&(url.len() as u32).to_le_bytes());
-    h.extend_from_slice(url.as_bytes());
-    let hcrc = crc32c(&h);
-    h.extend_from_slice(&hcrc.to_le_bytes());
-    h
-}
-
-fn data_offset(url: &str) -> u64 {
-    ((FIXED + url.len() + 4) as u64).div_ceil(4096) * 4096
-}
-
-/// Decodes a header; bounded, never panics.
-fn decode(bytes: &[u8]) -> Result<(u64, u64, u32, String), String> {
-    if bytes.len() < FIXED + 4 || &bytes[..8] != MAGIC {
-        return Err("bad magic".into());
-    }
-    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
-    let u32_at = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
-    if u16_at(8) != VERSION {
-        return Err(format!("unknown format version {}", u16_at(8)));
-    }
-    let url_len = u32_at(28) as usize;
-    if url_len > MAX_URL_LEN || bytes.len() < FIXED + url_len + 4 {
-        return Err("truncated header".into());
-    }
-    if u32_at(FIXED + url_len) != crc32c(&bytes[..FIXED + url_len]) {
-        return Err("header checksum mismatch".into());
-    }
-    let len = u64::from_le_bytes(bytes[16..24].try_into().map_err(|_| "short")?);
-    let url = String::from_utf8(bytes[FIXED..FIXED + url_len].to_vec()).map_err(|_| "URL not UTF-8")?;
-    Ok((u64::from(u32_at(12)), len, u32_at(24), url))
-}
-
 /// A memarts-only object being written (in the temp directory until [`OnlyStore::commit`]).
 pub struct Writer {
-    url: String,
+    url: ObjectUrl,
+    data_offset: u64,
     file: File,
     path: PathBuf,
     written: u64,
@@ -115,7 +78,7 @@ impl Drop for Writer {
 impl Writer {
     /// Appends bytes (blocking).
     pub fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.file.write_all_at(bytes, data_offset(&self.url) + self.written)?;
+        self.file.write_all_at(bytes, self.data_offset + self.written)?;
         self.written += bytes.len() as u64;
         self.crc.update(bytes);
         Ok(())
@@ -161,15 +124,15 @@ impl OnlyStore {
 
     /// Starts writing `url` (blocking).
     pub fn begin(&self, url: &ObjectUrl) -> io::Result<Writer> {
-        let url = url.to_string();
         let path = self.tmp.join(format!(
             "{:032x}.{}.{}.only.tmp",
-            xxhash_rust::xxh3::xxh3_128(url.as_bytes()),
+            xxhash_rust::xxh3::xxh3_128(url.to_string().as_bytes()),
             std::process::id(),
             rand::random::<u32>()
         ));
         let file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path)?;
-        Ok(Writer { url, file, path, written: 0, crc: Crc32c::default() })
+        let data_offset = codec::data_offset(url);
+        Ok(Writer { url: url.clone(), data_offset, file, path, written: 0, crc: Crc32c::default() })
     }
 
     /// Makes the object durable and visible (blocking): header, fdatasync, rename, directory fsync.
@@ -178,9 +141,11 @@ impl OnlyStore {
     /// holds: every slot of the fleet writes there, so a count kept by one process would let the
     /// fleet as a whole exceed the quota.
     pub fn commit(&self, w: Writer) -> Result<u64, OnlyError> {
-        let size = data_offset(&w.url) + w.written;
-        let dest = self.path_of(&w.url);
-        w.file.write_all_at(&header(&w.url, w.written, w.crc()), 0)?;
+        let size = w.data_offset + w.written;
+        let dest = self.path_of(&w.url.to_string());
+        let header = codec::encode(&w.url, w.written, w.crc())
+            .map_err(|e| OnlyError::Io(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+        w.file.write_all_at(&header, 0)?;
         // The data starts at the page after the header: an empty object must still reach it.
         w.file.set_len(size)?;
         w.file.sync_all()?;
@@ -223,16 +188,37 @@ impl OnlyStore {
         nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
             .map_err(io::Error::from)?;
         let file_len = meta.len();
-        let mut head = vec![0u8; (FIXED + MAX_URL_LEN + 4).min(file_len as usize)];
-        file.read_exact_at(&mut head, 0)?;
-        let (offset, len, crc, stored_url) = decode(&head).map_err(corrupt)?;
-        if stored_url != text {
-            return Err(corrupt(format!("file holds {stored_url}")));
-        }
-        if offset.checked_add(len).is_none_or(|end| end > file_len) {
+        let layout = read_header(&file, file_len, url).map_err(corrupt)?;
+        if layout.data_offset.checked_add(layout.len).is_none_or(|end| end > file_len) {
+            let len = layout.len;
             return Err(corrupt(format!("file of {file_len} bytes is shorter than its {len} bytes of data")));
         }
-        Ok(Some(Stored { file, data_offset: offset, len, crc32c: crc }))
+        Ok(Some(Stored { file, data_offset: layout.data_offset, len: layout.len, crc32c: layout.crc32c }))
+    }
+
+    /// The object at `url` as a read request gets it ([`OnlyRead`]), `None` if absent; objects of at
+    /// most `inline_max` bytes are read and checked here.
+    pub async fn read(
+        self: Arc<Self>,
+        url: ObjectUrl,
+        inline_max: u64,
+    ) -> Result<Option<OnlyRead>, OnlyError> {
+        let read = tokio::task::spawn_blocking(move || {
+            let Some(s) = self.get(&url)? else { return Ok(None) };
+            if s.len > inline_max {
+                return Ok(Some(OnlyRead::File(s)));
+            }
+            let mut data = vec![0u8; s.len as usize];
+            s.file.read_exact_at(&mut data, s.data_offset)?;
+            if crc32c(&data) != s.crc32c {
+                return Err(OnlyError::Corrupt {
+                    url: url.to_string(),
+                    why: "data checksum mismatch".into(),
+                });
+            }
+            Ok(Some(OnlyRead::Inline { data, crc32c: s.crc32c }))
+        });
+        read.await.map_err(|e| OnlyError::Io(io::Error::other(e)))?
     }
 
     /// Removes `url`; true if it existed. Blocking.
@@ -243,6 +229,48 @@ impl OnlyStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// Decodes the header at the start of `file` (either format), reading more only for long URLs.
+fn read_header(file: &File, file_len: u64, url: &ObjectUrl) -> Result<codec::Layout, String> {
+    let mut want = codec::FIRST_READ;
+    loop {
+        let mut head = vec![0u8; want.min(file_len as usize)];
+        file.read_exact_at(&mut head, 0).map_err(|e| e.to_string())?;
+        match codec::decode(&head, url) {
+            Ok(layout) => return Ok(layout),
+            Err(codec::Refused::Truncated { needed }) if needed > head.len() && head.len() == want => {
+                want = needed;
+            }
+            Err(codec::Refused::Truncated { needed }) => {
+                return Err(format!("header truncated: {needed} bytes needed, the file has {file_len}"))
+            }
+            Err(codec::Refused::Bad(why)) => return Err(why),
+        }
+    }
+}
+
+/// What the client of a failed memarts-only operation on `url` is told. A full cache disk and the
+/// quota are `NoSpace`, logged with what the operator can do: memarts-only objects are never evicted.
+pub fn wire_error(e: OnlyError, url: &ObjectUrl) -> WireError {
+    match e {
+        OnlyError::Quota { need, used, quota } => WireError::new(
+            ErrorCode::NoSpace,
+            format!("memarts-only quota: {need} more bytes do not fit ({used} of {quota} used)"),
+        ),
+        OnlyError::Corrupt { url, why } => WireError::new(ErrorCode::Corrupt, format!("{url}: {why}")),
+        OnlyError::Io(e) => match e.raw_os_error() {
+            Some(libc::ENOSPC | libc::EDQUOT) => {
+                let msg = format!(
+                    "write_memarts {url}: the cache disk is full ({e}); memarts-only objects are never \
+                     evicted to make room, so delete some or give the cache more disk"
+                );
+                tracing::warn!("{msg}");
+                WireError::new(ErrorCode::NoSpace, msg)
+            }
+            _ => WireError::new(ErrorCode::Internal, format!("write_memarts {url}: {e}")),
+        },
     }
 }
 
@@ -360,14 +388,48 @@ mod tests {
         assert_eq!(slots[0].used().unwrap(), 3 * 24_096);
     }
 
+    /// Objects written by the release before the chunk-format codec read back byte for byte
+    /// through the store, and replacing one writes the new format.
     #[test]
-    fn decoding_garbage_never_panics() {
-        for len in 0..200 {
-            let bytes: Vec<u8> = (0..len).map(|i| (i * 37 % 251) as u8).collect();
-            let _ = decode(&bytes);
-            let mut h = header("s3://b/k", 5, 1);
-            h.truncate(len.min(h.len()));
-            let _ = decode(&h);
+    fn objects_of_the_earlier_format_read_back_and_are_replaced_in_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OnlyStore::open(dir.path(), None).unwrap();
+        for (url, golden, len) in [
+            ("s3://bucket/features/part-0.bin", &include_bytes!("testdata/v1-object.bin")[..], 10_000),
+            ("s3://bucket/empty", &include_bytes!("testdata/v1-empty.bin")[..], 0),
+        ] {
+            fs::write(store.path_of(url), golden).unwrap();
+            let url = ObjectUrl::parse(url).unwrap();
+            let s = store.get(&url).unwrap().expect("the golden object is there");
+            let mut back = vec![0u8; s.len as usize];
+            s.file.read_exact_at(&mut back, s.data_offset).unwrap();
+            assert_eq!(back, legacy::tests::golden_data(len));
+            assert_eq!(s.crc32c, crc32c(&back));
         }
+        let url = ObjectUrl::parse("s3://bucket/features/part-0.bin").unwrap();
+        let mut w = store.begin(&url).unwrap();
+        w.write(b"new").unwrap();
+        store.commit(w).unwrap();
+        assert_eq!(&fs::read(store.path_of(&url.to_string())).unwrap()[..8], b"MACHUNK1");
+        assert_eq!(store.get(&url).unwrap().unwrap().len, 3);
+    }
+
+    /// The new format is fixed too: a file this code writes, checked in (`testdata/v2-object.bin`;
+    /// `MEMARTS_BLESS=1` rewrites it, for a deliberate format change only).
+    #[test]
+    fn the_new_format_is_what_the_golden_file_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = OnlyStore::open(dir.path(), None).unwrap();
+        let url = ObjectUrl::parse("s3://bucket/features/part-0.bin").unwrap();
+        let mut w = store.begin(&url).unwrap();
+        w.write(&legacy::tests::golden_data(10_000)).unwrap();
+        store.commit(w).unwrap();
+        let written = fs::read(store.path_of(&url.to_string())).unwrap();
+        let golden =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/memarts_only/testdata/v2-object.bin");
+        if std::env::var_os("MEMARTS_BLESS").is_some() {
+            fs::write(&golden, &written).unwrap();
+        }
+        assert!(written == fs::read(&golden).unwrap(), "the memarts-only file format changed");
     }
 }

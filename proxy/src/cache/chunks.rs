@@ -1,0 +1,190 @@
+//! Chunk reads in a slot: a hit is a chunk file found (in the open-file cache or the store) whose
+//! header binds it to the requested identity; a miss is filled from the origin by one fetch however
+//! many readers wait for it, handed to all of them, then written to disk within the capacity
+//! (victims evicted first). A chunk that fails a check is dropped, counted and fetched again.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use memarts_protocol::{ChunkRequest, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+
+use super::first_read::first_flight;
+use super::{bad_request, parse_url, Cache, ChunkOutcome, Fetched, INLINE_MAX};
+use crate::chunk_store::format::{data_offset_for, round_up};
+use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
+
+impl Cache {
+    /// Reads one chunk: a hit from disk or a single-flight fill from the origin.
+    pub async fn read_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<ChunkOutcome, WireError> {
+        if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {
+            return Err(bad_request(format!(
+                "chunk size {} is outside {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}",
+                req.chunk_size
+            )));
+        }
+        let range = req.range().ok_or_else(|| {
+            bad_request(format!("chunk {} lies past the end of a {}-byte object", req.index, req.object_size))
+        })?;
+        if req.etag.is_empty() {
+            return Err(bad_request("a chunk read needs the ETag the read started with"));
+        }
+        let url = parse_url(&req.url)?;
+        let key = ChunkKey::new(&url, &req.etag, req.chunk_size, req.index);
+        let id = key.id().0;
+
+        if !self.info.passthrough {
+            if req.recheck {
+                self.drop_corrupt(id, "client checksum mismatch").await;
+            } else if let Some(outcome) = self.try_hit(&key, id).await {
+                return Ok(outcome);
+            }
+        }
+
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let this = self.clone();
+        let f = self
+            .flights
+            .join_fallible(id, "the fetch of this chunk", move |leader| async move {
+                // A flight that ended between our cache lookup and this one may have just
+                // written the chunk: look again before going to the origin.
+                if let Some(f) = this.read_from_disk(&key).await {
+                    leader.publish(Ok(f));
+                    return;
+                }
+                // A cold first read may be fetching chunk 0 with the metadata (a reader that found
+                // no metadata before the index was rebuilt asked with a HEAD instead, and comes
+                // here): wait for it and look again, so the chunk is fetched once (R3).
+                if key.index == 0 && this.firsts.wait(first_flight(&url, key.chunk_size)).await {
+                    if let Some(f) = this.read_from_disk(&key).await {
+                        leader.publish(Ok(f));
+                        return;
+                    }
+                }
+                // Held until the chunk is on disk (end of this block); never while waiting for
+                // anything else that needs the budget, so holders cannot wait on each other.
+                let _held = this.budget.hold(range.end - range.start).await;
+                let fetched = this.origin.get_range(&url, range, &key.etag).await;
+                let fetched = fetched
+                    .map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data })
+                    .map_err(WireError::from);
+                leader.publish(fetched.clone());
+                if let Ok(f) = fetched {
+                    this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
+                    if !this.info.passthrough {
+                        this.persist(&key, id, f.data).await;
+                    }
+                }
+                drop(leader);
+            })
+            .await?;
+        Ok(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false })
+    }
+
+    /// The chunk `key` read whole from disk and verified, if it is there (never in pass-through).
+    async fn read_from_disk(&self, key: &ChunkKey) -> Option<Fetched> {
+        if self.info.passthrough {
+            return None;
+        }
+        let chunk = self.store.get(key).await.ok()??;
+        let data = self.store.read_verified(&chunk).await.ok()?;
+        Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) })
+    }
+
+    async fn try_hit(&self, key: &ChunkKey, id: u128) -> Option<ChunkOutcome> {
+        let chunk = match self.open.get(id) {
+            Some(chunk) => chunk,
+            None => match self.store.get(key).await {
+                Ok(Some(chunk)) => {
+                    self.open.insert(id, &chunk);
+                    chunk
+                }
+                Ok(None) => {
+                    self.index().remove(id);
+                    return None;
+                }
+                Err(StoreError::Corrupt { reason, .. }) => {
+                    self.drop_corrupt(id, &reason).await;
+                    return None;
+                }
+                Err(e) => {
+                    self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!("cache read failed, going to the origin: {e}");
+                    return None;
+                }
+            },
+        };
+        let len = chunk.len;
+        let on_disk = round_up(chunk.data_offset + chunk.len);
+        let outcome = if chunk.len <= INLINE_MAX {
+            match self.store.read_verified(&chunk).await {
+                Ok(data) => ChunkOutcome::Bytes { data: data.into(), crc32c: chunk.crc32c, from_cache: true },
+                Err(e) => {
+                    self.drop_corrupt(id, &e.to_string()).await;
+                    return None;
+                }
+            }
+        } else {
+            ChunkOutcome::Fd(chunk.into())
+        };
+        {
+            let mut index = self.index();
+            if !index.touch(id) {
+                index.insert(id, on_disk);
+            }
+        }
+        self.stats.hits.fetch_add(1, Ordering::Relaxed);
+        self.stats.bytes_from_cache.fetch_add(len, Ordering::Relaxed);
+        Some(outcome)
+    }
+
+    async fn drop_corrupt(&self, id: u128, reason: &str) {
+        self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("dropping corrupt chunk {id:032x}: {reason}");
+        self.open.remove(id);
+        self.index().remove(id);
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.remove(ChunkId(id))).await;
+    }
+
+    /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
+    /// Room is reserved (and victims deleted) before the write, so bytes on disk never exceed the
+    /// capacity, even with many writes in flight.
+    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
+        let need = round_up(data_offset_for(key.identity_len()) + data.len() as u64);
+        let victims = {
+            let mut index = self.index();
+            index.insert(id, need);
+            index.evict_over_capacity(Some(id))
+        };
+        self.remove_files(victims).await;
+        match self.store.put(key, data, 0, false).await {
+            Ok(bytes) => self.index().insert(id, bytes),
+            Err(e) => {
+                self.index().remove(id);
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("could not cache chunk {id:032x}, serving it from the origin only: {e}");
+            }
+        }
+    }
+
+    /// Deletes evicted chunks' files (and closes them: an open descriptor would keep their blocks).
+    pub(super) async fn remove_files(&self, victims: Vec<(u128, u64)>) {
+        if victims.is_empty() {
+            return;
+        }
+        self.stats.evicted_chunks.fetch_add(victims.len() as u64, Ordering::Relaxed);
+        for (id, _) in &victims {
+            self.open.remove(*id);
+        }
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for (id, _) in victims {
+                if let Err(e) = store.remove(ChunkId(id)) {
+                    tracing::warn!("could not evict chunk {id:032x}: {e}");
+                }
+            }
+        })
+        .await;
+    }
+}

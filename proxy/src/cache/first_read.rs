@@ -1,0 +1,130 @@
+//! The first round trip of a whole-object read: the object's metadata and its chunk 0 together,
+//! from the owner of chunk 0. For a cold object (no metadata, no cached chunk 0) both come from one
+//! ranged GET instead of a HEAD and then a GET, which halves the round trips of a cold small file.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use memarts_protocol::{
+    owner_slot, ChunkRequest, ErrorCode, FirstRequest, ObjectMeta, ObjectUrl, WireError, MAX_CHUNK_SIZE,
+    MIN_CHUNK_SIZE,
+};
+
+use super::{parse_url, Cache, ChunkOutcome, Fetched};
+use crate::chunk_store::ChunkKey;
+
+/// The flight of the cold first read of `url` at `chunk_size` (metadata and chunk 0 in one GET).
+pub(super) fn first_flight(url: &ObjectUrl, chunk_size: u64) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(format!("{url}\0{chunk_size}").as_bytes())
+}
+
+impl Cache {
+    /// Metadata of `req.url` and its chunk 0 (none for an empty object), in one request: the shim
+    /// sends it to the owner of chunk 0, so the chunk is filled by the same single flight as a
+    /// `ReadChunk` of it would be.
+    pub async fn read_first(
+        self: &Arc<Self>,
+        req: &FirstRequest,
+    ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
+        let mut known = None;
+        if !req.refresh {
+            let url = parse_url(&req.url)?;
+            known = self.meta.get(&url.to_string());
+            let cold = known.is_none()
+                && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size)
+                && self.is_cold(&url, req.chunk_size);
+            if cold {
+                if let Some(first) = self.read_first_cold(url, req.chunk_size).await {
+                    return first;
+                }
+            }
+        }
+        let meta = match known {
+            Some(meta) => meta,
+            None => self.stat(&req.url, req.refresh).await?,
+        };
+        if meta.size == 0 {
+            return Ok((meta, None));
+        }
+        let etag = meta.etag.clone().filter(|e| !e.is_empty()).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::OriginError,
+                format!("{}: the origin reports no ETag, so its chunks cannot be cached safely", req.url),
+            )
+        })?;
+        let chunk = ChunkRequest {
+            url: req.url.clone(),
+            etag,
+            object_size: meta.size,
+            chunk_size: req.chunk_size,
+            index: 0,
+            recheck: false,
+        };
+        let outcome = self.read_chunk(&chunk).await?;
+        Ok((meta, Some(outcome)))
+    }
+
+    /// With no metadata for `url`: no version of its chunk 0 is cached either (the index must be
+    /// complete, and this slot chunk 0's owner, to say so). A warm object that merely lost its
+    /// metadata (a restart) is not cold: it is revalidated with a HEAD, so its cached chunks are used
+    /// and nothing is fetched.
+    fn is_cold(&self, url: &ObjectUrl, chunk_size: u64) -> bool {
+        if self.info.passthrough {
+            return true;
+        }
+        // Only the owner of chunk 0 indexes it; another slot (a client routing by an old fleet size)
+        // cannot tell.
+        let placement = memarts_protocol::placement(url.kind.as_str(), &url.bucket, &url.key, chunk_size, 0);
+        owner_slot(u128::from(placement) << 64, self.info.slots) == self.info.slot
+            && self.index_ready.load(Ordering::Acquire)
+            && !self.index().has_placement(placement)
+    }
+
+    /// A first read of a cold object in one ranged GET. Concurrent cold first reads of one object
+    /// share that GET. `None`: the GET did not work out (an empty object, an origin without ETags, a
+    /// transient failure): the caller takes the usual way, with its retries.
+    async fn read_first_cold(
+        self: &Arc<Self>,
+        url: ObjectUrl,
+        chunk_size: u64,
+    ) -> Option<Result<(ObjectMeta, Option<ChunkOutcome>), WireError>> {
+        let flight = first_flight(&url, chunk_size);
+        let this = self.clone();
+        let result = self
+            .firsts
+            .join_fallible(flight, "the first read of this object", move |leader| async move {
+                let _held = this.budget.hold(chunk_size).await;
+                let got = this.origin.get_first(&url, chunk_size).await.map_err(WireError::from);
+                let got = got.and_then(|(meta, data)| match meta.etag.as_deref() {
+                    Some(etag) if !etag.is_empty() && meta.size > 0 => {
+                        Ok((meta, Fetched { crc32c: memarts_protocol::crc32c(&data), data }))
+                    }
+                    _ => Err(WireError::new(ErrorCode::OriginError, "empty, or no ETag: ask with HEAD")),
+                });
+                // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
+                // flights, so a read of chunk 0 right after must find it there, not fetch it again.
+                if let Ok((meta, f)) = &got {
+                    this.meta.put(url.to_string(), meta.clone());
+                    this.stats.misses.fetch_add(1, Ordering::Relaxed);
+                    this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
+                    if !this.info.passthrough {
+                        let etag = meta.etag.as_deref().unwrap_or_default();
+                        let key = ChunkKey::new(&url, etag, chunk_size, 0);
+                        this.persist(&key, key.id().0, f.data.clone()).await;
+                    }
+                }
+                leader.publish(got);
+                drop(leader);
+            })
+            .await;
+        match result {
+            Ok((meta, f)) => Some(Ok((
+                meta,
+                Some(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false }),
+            ))),
+            // Gone is gone, refused is refused (O3: never retried): no need to ask again with a HEAD.
+            Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::PermissionDenied) => Some(Err(e)),
+            Err(_) => None,
+        }
+    }
+}

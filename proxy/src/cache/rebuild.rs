@@ -1,0 +1,83 @@
+//! The index rebuild: after a start, a slot scans the shared chunk tree in the background for the
+//! chunks it owns (by rendezvous hash over the fleet's slots) and their sizes and access times, then
+//! applies its share of the capacity and evicts what does not fit. The slot serves meanwhile: a chunk
+//! file is found by its name, the index only orders eviction.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use memarts_protocol::owner_slot;
+
+use super::Cache;
+
+impl Cache {
+    /// Starts the rebuild on the runtime; `memarts status` shows `index_ready` once it is done.
+    pub fn start_rebuild(self: &Arc<Self>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let store = this.store.clone();
+            let (slot, slots) = (this.info.slot, this.info.slots);
+            let scanned = tokio::task::spawn_blocking(move || {
+                let mut owned = Vec::new();
+                let mut total = 0u64;
+                for c in store.scan() {
+                    total += c.bytes_on_disk;
+                    if owner_slot(c.id.0, slots) == slot {
+                        owned.push(c);
+                    }
+                }
+                owned.sort_by_key(|c| c.accessed);
+                (owned, total)
+            })
+            .await;
+            let Ok((owned, total)) = scanned else {
+                tracing::error!("index rebuild failed; eviction stays off");
+                return;
+            };
+            let capacity =
+                this.info.capacity.unwrap_or_else(|| default_capacity(&this.info.cache_dir, total));
+            let share = capacity / u64::from(slots.max(1));
+            let victims = {
+                let mut index = this.index();
+                let live = index.ids_most_recent_first();
+                let (n, bytes) = (owned.len(), owned.iter().map(|c| c.bytes_on_disk).sum::<u64>());
+                let before = index.len();
+                for c in &owned {
+                    index.insert_if_absent(c.id.0, c.bytes_on_disk);
+                }
+                // Chunks served while the scan ran are more recent than anything it found.
+                for id in live.into_iter().rev() {
+                    index.touch(id);
+                }
+                index.set_capacity(Some(share));
+                tracing::info!(
+                    "index rebuilt in {:?}: {n} chunks ({bytes} bytes) owned, {before} seen live; \
+                     fleet capacity {capacity} bytes, slot share {share}",
+                    started.elapsed()
+                );
+                index.evict_over_capacity(None)
+            };
+            this.remove_files(victims).await;
+            this.index_ready.store(true, Ordering::Release);
+        });
+    }
+}
+
+/// 80% of the space that is free or already holds our chunks.
+fn default_capacity(cache_dir: &std::path::Path, ours: u64) -> u64 {
+    match nix::sys::statvfs::statvfs(cache_dir) {
+        Ok(st) => {
+            let free = st.blocks_available() * st.fragment_size();
+            (free.saturating_add(ours) as f64 * 0.8) as u64
+        }
+        Err(e) => {
+            tracing::warn!(
+                "statvfs({}) failed ({e}); capacity defaults to what is cached now",
+                cache_dir.display()
+            );
+            ours.max(1 << 30)
+        }
+    }
+}

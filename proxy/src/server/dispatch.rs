@@ -1,0 +1,178 @@
+//! One handler per request kind: each maps its frame to engine calls and the answer back to a
+//! response, as mini-redis does with its commands. The server drives neither the origin nor the
+//! memarts-only store itself; it only keeps what belongs to the connection (its peer's uid, its
+//! upload in progress).
+
+use std::sync::Arc;
+
+use memarts_protocol::{
+    ChunkRequest, ErrorCode, FirstRequest, Limits, ListRequest, Request, Response, WireError, MAX_BATCH,
+};
+use tokio::net::UnixStream;
+
+use super::conn::{refuse, ConnError, ConnSettings};
+use super::reply::{chunk_parts, send, send_chunk, send_with};
+use crate::cache::{Cache, Upload};
+
+/// What a connection holds between requests.
+pub(super) struct Session {
+    pub uid: u32,
+    /// At most one upload per connection; one left unfinished is abandoned when the next starts or
+    /// the connection ends.
+    pub upload: Option<Upload>,
+}
+
+impl Session {
+    pub async fn abandon_upload(&mut self) {
+        if let Some(upload) = self.upload.take() {
+            upload.abort().await;
+        }
+    }
+}
+
+/// The connection a request came on, with what it needs to answer.
+pub(super) struct Ctx<'a> {
+    pub stream: &'a mut UnixStream,
+    pub engine: &'a Arc<Cache>,
+    pub settings: &'a ConnSettings,
+    pub session: &'a mut Session,
+}
+
+impl Ctx<'_> {
+    async fn answer(&mut self, reply: Result<Response, WireError>) -> Result<(), ConnError> {
+        let response = reply.unwrap_or_else(Response::Error);
+        send(self.stream, &response, self.settings).await
+    }
+}
+
+/// Answers one request (after the handshake); `payload` is what a `PutData` frame carried.
+pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>) -> Result<(), ConnError> {
+    if let Err(refused) = cx.settings.local.check_request(cx.session.uid, &request).await {
+        return cx.answer(Err(refused)).await;
+    }
+    match request {
+        Request::Hello(_) => refuse(cx.stream, cx.settings, "Hello may only be sent once").await,
+        Request::Stat { url, refresh } => stat(cx, &url, refresh).await,
+        Request::ReadChunk(req) => read_chunk(cx, &req).await,
+        Request::ReadFirst(req) => read_first(cx, &req).await,
+        Request::List(req) => list(cx, &req).await,
+        Request::Status => status(cx).await,
+        Request::ReadChunks(reqs) => read_chunks(cx, reqs).await,
+        Request::Delete { url } => delete(cx, &url).await,
+        Request::PutStart { url } => put_start(cx, &url, false).await,
+        Request::PutMemartsStart { url } => put_start(cx, &url, true).await,
+        Request::PutData => put_data(cx, payload).await,
+        Request::PutFinish { size, crc32c } => put_finish(cx, size, crc32c).await,
+        Request::ReadMemarts { url } => read_memarts(cx, &url).await,
+    }
+}
+
+async fn stat(mut cx: Ctx<'_>, url: &str, refresh: bool) -> Result<(), ConnError> {
+    let reply = cx.engine.stat(url, refresh).await.map(Response::Stat);
+    cx.answer(reply).await
+}
+
+async fn read_chunk(mut cx: Ctx<'_>, req: &ChunkRequest) -> Result<(), ConnError> {
+    match cx.engine.read_chunk(req).await {
+        Ok(outcome) => send_chunk(cx.stream, cx.settings, outcome, Response::Chunk).await,
+        Err(e) => cx.answer(Err(e)).await,
+    }
+}
+
+async fn read_first(mut cx: Ctx<'_>, req: &FirstRequest) -> Result<(), ConnError> {
+    match cx.engine.read_first(req).await {
+        Ok((meta, Some(outcome))) => {
+            send_chunk(cx.stream, cx.settings, outcome, |c| Response::First { meta, chunk: Some(c) }).await
+        }
+        Ok((meta, None)) => cx.answer(Ok(Response::First { meta, chunk: None })).await,
+        Err(e) => cx.answer(Err(e)).await,
+    }
+}
+
+async fn list(mut cx: Ctx<'_>, req: &ListRequest) -> Result<(), ConnError> {
+    let reply = cx.engine.list(req).await.map(Response::List);
+    cx.answer(reply).await
+}
+
+async fn status(mut cx: Ctx<'_>) -> Result<(), ConnError> {
+    let status = cx.engine.status();
+    cx.answer(Ok(Response::Status(status))).await
+}
+
+/// `ReadChunks`: every chunk at once (misses fetched concurrently), then one frame with all
+/// descriptors and all inline bytes, in request order.
+async fn read_chunks(mut cx: Ctx<'_>, reqs: Vec<ChunkRequest>) -> Result<(), ConnError> {
+    // Saturating: the ranges come from the client, and their sum must not wrap below the cap.
+    let total: u64 = reqs.iter().filter_map(|r| r.range()).fold(0, |t, r| t.saturating_add(r.end - r.start));
+    if reqs.len() > MAX_BATCH || total > u64::from(Limits::RESPONSE.max_payload) {
+        let why = format!(
+            "a batch of {} chunks ({total} bytes) exceeds {MAX_BATCH} chunks or {} bytes",
+            reqs.len(),
+            Limits::RESPONSE.max_payload
+        );
+        return cx.answer(Err(WireError::new(ErrorCode::BadRequest, why))).await;
+    }
+    let outcomes = futures::future::join_all(reqs.iter().map(|r| cx.engine.read_chunk(r))).await;
+    let (mut results, mut fds, mut payload) = (Vec::new(), Vec::new(), Vec::new());
+    for outcome in outcomes {
+        match outcome {
+            Ok(o) => {
+                let (reply, fd, data) = chunk_parts(o);
+                results.push(Ok(reply));
+                fds.extend(fd);
+                payload.extend(data);
+            }
+            Err(e) => results.push(Err(e)),
+        }
+    }
+    send_with(cx.stream, cx.settings, &Response::Chunks(results), &fds, &payload).await
+}
+
+async fn delete(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
+    let reply = cx.engine.delete(url).await.map(|()| Response::Deleted);
+    cx.answer(reply).await
+}
+
+/// `PutStart` (to the origin) or `PutMemartsStart` (`memarts_only`): abandons any upload in
+/// progress, then starts this one.
+async fn put_start(mut cx: Ctx<'_>, url: &str, memarts_only: bool) -> Result<(), ConnError> {
+    cx.session.abandon_upload().await;
+    let started = match memarts_only {
+        false => cx.engine.start_upload(url).await,
+        true => cx.engine.start_memarts_only(url).await,
+    };
+    let reply = started.map(|upload| {
+        cx.session.upload = Some(upload);
+        Response::PutAck { received: 0 }
+    });
+    cx.answer(reply).await
+}
+
+async fn put_data(mut cx: Ctx<'_>, payload: Vec<u8>) -> Result<(), ConnError> {
+    let Some(upload) = cx.session.upload.as_mut() else {
+        return cx.answer(Err(WireError::new(ErrorCode::BadRequest, "PutData without PutStart"))).await;
+    };
+    let reply = match upload.write(payload).await {
+        Ok(received) => Ok(Response::PutAck { received }),
+        Err(e) => {
+            cx.session.abandon_upload().await;
+            Err(e)
+        }
+    };
+    cx.answer(reply).await
+}
+
+async fn put_finish(mut cx: Ctx<'_>, size: u64, crc32c: u32) -> Result<(), ConnError> {
+    let Some(upload) = cx.session.upload.take() else {
+        return cx.answer(Err(WireError::new(ErrorCode::BadRequest, "PutFinish without PutStart"))).await;
+    };
+    let reply = cx.engine.finish_upload(upload, size, crc32c).await.map(Response::Put);
+    cx.answer(reply).await
+}
+
+async fn read_memarts(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
+    match cx.engine.read_memarts(url).await {
+        Ok(outcome) => send_chunk(cx.stream, cx.settings, outcome, Response::Chunk).await,
+        Err(e) => cx.answer(Err(e)).await,
+    }
+}
