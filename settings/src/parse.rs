@@ -1,0 +1,161 @@
+//! One parser per kind of value a variable holds. Each takes the trimmed, non-empty text and says
+//! what was expected when it does not fit; [`crate::Settings`] adds the variable's name.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use nix::unistd::User;
+
+/// The one boolean syntax of every flag: `1` / `true` or `0` / `false` (any case). Anything else,
+/// `yes` included, is refused rather than guessed.
+pub fn flag(text: &str) -> Result<bool, String> {
+    match text.to_ascii_lowercase().as_str() {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err("must be 0 or 1".into()),
+    }
+}
+
+/// A whole number in `low..=high`.
+pub fn whole<T: FromStr + PartialOrd + std::fmt::Display + Copy>(
+    text: &str,
+    low: T,
+    high: T,
+) -> Result<T, String> {
+    let n: T = text.parse().map_err(|_| "is not a whole number".to_string())?;
+    if n < low || n > high {
+        return Err(format!("is outside {low}..={high}"));
+    }
+    Ok(n)
+}
+
+/// A number of bytes (digits only) in `low..=high`.
+pub fn bytes(text: &str, low: u64, high: u64) -> Result<u64, String> {
+    let n: u64 = text.parse().map_err(|_| "is not a number of bytes".to_string())?;
+    if !(low..=high).contains(&n) {
+        return Err(format!("is outside {low}..={high} bytes"));
+    }
+    Ok(n)
+}
+
+/// A size with an optional unit (`50GiB`, `512MiB`, `1TB`, `1048576`).
+pub fn size(text: &str) -> Result<u64, String> {
+    crate::size::parse_size(text)
+}
+
+/// A positive number of seconds, below a million.
+pub fn seconds(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e6 => Ok(Duration::from_secs_f64(secs)),
+        _ => Err("must be a positive number of seconds".into()),
+    }
+}
+
+/// Microseconds of socket polling, 0 to 10000 (0 turns polling off).
+pub fn spin_us(text: &str) -> Result<Duration, String> {
+    memarts_protocol::spin::parse_spin_us(text)
+        .map_err(|_| "is not a number of microseconds between 0 and 10000".into())
+}
+
+pub fn path(text: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(text))
+}
+
+pub fn text(text: &str) -> Result<String, String> {
+    Ok(text.to_string())
+}
+
+/// Uids or user names separated by commas or spaces (`0, 1000`, `root`).
+pub fn uids(text: &str) -> Result<Vec<u32>, String> {
+    let mut uids = Vec::new();
+    for item in text.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
+        let uid = match item.parse::<u32>() {
+            Ok(uid) => uid,
+            Err(_) => match User::from_name(item) {
+                Ok(Some(user)) => user.uid.as_raw(),
+                _ => return Err(format!("has {item:?}, neither a uid nor a known user name")),
+            },
+        };
+        uids.push(uid);
+    }
+    Ok(uids)
+}
+
+/// `obs://bucket/dir=/local/dir` pairs separated by `;`, longest prefix first (so
+/// `obs://b/dir/sub` wins over `obs://b/dir`), trailing slashes dropped.
+pub fn mounts(text: &str) -> Result<Vec<(String, String)>, String> {
+    const REMOTE: [&str; 4] = ["s3://", "obs://", "oss://", "s3a://"];
+    let mut mounts = Vec::new();
+    for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (prefix, local) = item.split_once('=').unwrap_or((item, ""));
+        let lower = prefix.to_ascii_lowercase();
+        if !REMOTE.iter().any(|r| lower.starts_with(r)) || local.is_empty() {
+            return Err(format!("has {item:?}, not of the form obs://bucket/dir=/local/dir"));
+        }
+        mounts.push((prefix.trim_end_matches('/').to_string(), local.trim_end_matches('/').to_string()));
+    }
+    mounts.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
+    Ok(mounts)
+}
+
+/// Which SSD I/O engine a slot uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineKind {
+    /// io_uring when available, otherwise pread.
+    #[default]
+    Auto,
+    /// io_uring, or an error when the kernel refuses it.
+    IoUring,
+    /// Blocking pread/pwrite on tokio's blocking pool.
+    Pread,
+}
+
+impl FromStr for EngineKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(EngineKind::Auto),
+            "io_uring" | "io-uring" | "uring" => Ok(EngineKind::IoUring),
+            "pread" => Ok(EngineKind::Pread),
+            _ => {
+                Err(format!("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_take_0_1_true_false_only() {
+        for (t, v) in [("1", true), ("TRUE", true), ("0", false), ("false", false)] {
+            assert_eq!(flag(t), Ok(v), "{t}");
+        }
+        for t in ["yes", "on", "2", "y"] {
+            assert!(flag(t).is_err(), "{t}");
+        }
+    }
+
+    #[test]
+    fn numbers_sizes_and_lists() {
+        assert_eq!(whole::<usize>("16", 1, 1024), Ok(16));
+        assert!(whole::<usize>("0", 1, 1024).unwrap_err().contains("outside 1..=1024"));
+        assert!(whole::<usize>("-1", 1, 256).is_err());
+        assert_eq!(bytes("65536", 4096, 1 << 26), Ok(65536));
+        assert!(bytes("1MB", 4096, 1 << 26).is_err());
+        assert_eq!(size("2GiB"), Ok(2 << 30));
+        assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(seconds("-3").is_err());
+        assert_eq!(uids("0, 1000 root").unwrap(), vec![0, 1000, 0]);
+        assert!(uids("no-such-user-here").unwrap_err().contains("no-such-user-here"));
+        let m = mounts("obs://b/dir=/a/; obs://b/dir/sub/=/b").unwrap();
+        assert_eq!(m, vec![("obs://b/dir/sub".into(), "/b".into()), ("obs://b/dir".into(), "/a".into())]);
+        assert!(mounts("obs://b/a:/cache/a").is_err());
+        assert_eq!("URING".parse::<EngineKind>(), Ok(EngineKind::IoUring));
+        assert!("mmap".parse::<EngineKind>().is_err());
+    }
+}
