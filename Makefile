@@ -56,7 +56,7 @@ bench: deps-test build
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder
-# (ops/scripts/fuzz.sh, FUZZ_SECONDS per target), then every fault class of RELIABILITY.md against a
+# (ops/scripts/fuzz.sh, FUZZ_SECONDS per target), then every fault class of docs/RELIABILITY.md against a
 # real fleet with clients verifying every byte; prints the table and writes
 # tests/reliability/results/latest.{json,md}. A short version runs in `make test`.
 FUZZ_SECONDS ?= 45

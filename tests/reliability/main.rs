@@ -1,5 +1,5 @@
 //! The reliability campaign (`make reliability`; a short version runs in `make test`): every fault
-//! class of RELIABILITY.md injected into a real fleet — real proxy processes, real sockets, a real
+//! class of docs/RELIABILITY.md injected into a real fleet — real proxy processes, real sockets, a real
 //! S3-protocol server (moto) behind a fault-injecting relay — with clients that verify every byte
 //! against the generator. Prints one row per fault class and fails if any promise broke.
 //!

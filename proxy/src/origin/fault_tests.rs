@@ -1,4 +1,4 @@
-//! The origin promises (RELIABILITY.md O1, O3, I3, I4, A5) under injected faults: first at the
+//! The origin promises (docs/RELIABILITY.md: O1, O3, I3, I4, A5) under injected faults: first at the
 //! [`Origin`], then one level up at the [`Cache`](crate::cache::Cache). Every test asserts how many
 //! requests reached the store, so a fault that was not applied, or a check that was skipped, fails it.
 
