@@ -4,12 +4,14 @@
 //! std Unix sockets, connects lazily and, after a `fork`, drops inherited connections and opens its own.
 //! Layout:
 //! - [`config`]: settings from the MoXing / memarts environment variables.
+//! - `answer`: taking the expected variant out of a proxy's answer, or the error it stands for.
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
+mod answer;
 mod chunk_io;
 pub mod client;
 pub mod config;

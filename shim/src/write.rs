@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use memarts_protocol::{chunk_owner, meta_owner_slot, Crc32c, ObjectMeta, Request, Response};
 
+use crate::answer::expect_answer;
 use crate::client::{parse, Client};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -76,11 +77,8 @@ impl Client {
         let slot = meta_owner_slot(&url, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
         self.with_slot(slot, deadline, |conn| {
-            match conn.call(&Request::Delete { url: url.clone() })?.response {
-                Response::Deleted => Ok(()),
-                Response::Error(e) => Err(e.into()),
-                other => Err(Error::Protocol(format!("unexpected answer to Delete: {other:?}"))),
-            }
+            let reply = conn.call(&Request::Delete { url: url.clone() })?;
+            expect_answer!(reply.response, "Delete", Response::Deleted => ())
         })?;
         self.refresh_first_owner(&parsed, slot, deadline);
         Ok(())
@@ -100,11 +98,7 @@ impl Client {
 }
 
 fn expect_ack(reply: Response) -> Result<u64> {
-    match reply {
-        Response::PutAck { received } => Ok(received),
-        Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!("unexpected answer to an upload: {other:?}"))),
-    }
+    expect_answer!(reply, "an upload", Response::PutAck { received } => received)
 }
 
 fn upload(
@@ -129,11 +123,8 @@ fn upload(
             )));
         }
     }
-    match conn.call(&Request::PutFinish { size, crc32c: crc.finish() })?.response {
-        Response::Put(meta) => Ok(meta),
-        Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!("unexpected answer to PutFinish: {other:?}"))),
-    }
+    let reply = conn.call(&Request::PutFinish { size, crc32c: crc.finish() })?;
+    expect_answer!(reply.response, "PutFinish", Response::Put(meta) => meta)
 }
 
 impl Client {
