@@ -25,5 +25,5 @@ mod write;
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
 pub use error::{Error, Result};
-pub use fill::{Room, Sink, VecSink};
+pub use fill::{ReadBuf, Room, Sink, VecSink};
 pub use memarts_protocol::{ListEntry, ObjectMeta, SlotStatus};

@@ -167,7 +167,7 @@ impl Client {
                 let mut offset = start;
                 while offset < end {
                     let n = ((end - offset) as usize).min(buf.len());
-                    let got = self.read_at_meta(url, meta, offset, &mut buf[..n])?;
+                    let got = self.read_at(url, meta, offset, &mut buf[..n])?;
                     if got != n {
                         return Err(Error::Origin(format!(
                             "{url}: object ended at {} of {}",
