@@ -8,6 +8,8 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - `write`: uploads and deletes at the origin, through the fleet.
+//! - `download`: an object into a local file, in bounded memory.
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
@@ -16,6 +18,7 @@ mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
+mod download;
 pub mod error;
 mod fill;
 mod read;
