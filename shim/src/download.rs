@@ -10,6 +10,7 @@ use memarts_protocol::ObjectMeta;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
+use crate::local_file::write_atomically;
 
 impl Client {
     /// Copies the object `url` into the local file `path` (via a temp file renamed into place), in
@@ -31,14 +32,8 @@ impl Client {
         large_threshold: u64,
     ) -> Result<u64> {
         const WINDOW: u64 = 16 << 20;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(
-            ".{name}.memarts-{}-{:?}.tmp",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let result = (|| -> Result<()> {
-            let file = File::create(&tmp)?;
+        write_atomically(path, |tmp| -> Result<u64> {
+            let file = File::create(tmp)?;
             file.set_len(meta.size)?;
             let tasks = if meta.size >= large_threshold { large_tasks.max(1) } else { 1 };
             let per_task = meta.size.div_ceil(tasks as u64).div_ceil(WINDOW) * WINDOW;
@@ -70,12 +65,7 @@ impl Client {
                     h.join().unwrap_or_else(|_| Err(Error::Internal("copy thread panicked".into())))
                 })
             })?;
-            std::fs::rename(&tmp, path)?;
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map(|()| meta.size)
+            Ok(meta.size)
+        })
     }
 }

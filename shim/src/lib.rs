@@ -10,6 +10,7 @@
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
+//! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
@@ -21,6 +22,7 @@ mod conn;
 mod download;
 pub mod error;
 mod fill;
+pub mod local_file;
 mod read;
 pub mod trust;
 mod write;
