@@ -59,7 +59,7 @@ impl VecSink {
 ///
 /// The room view of a `[u8]` stays inside the shim, which writes only initialised bytes through it:
 /// outside code holding that view could store `MaybeUninit::uninit()` into a `[u8]`, which is why
-/// this is a type with a private field rather than a public [`as_room`].
+/// this is a type with a private field rather than a public `as_room`.
 pub struct ReadBuf<'a>(pub(crate) &'a mut Room);
 
 impl<'a> From<&'a mut [u8]> for ReadBuf<'a> {
