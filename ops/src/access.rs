@@ -39,7 +39,7 @@ impl Access {
     /// Bytes from `offset` into `buf`, pinned to `meta`'s version; short only at the end.
     pub fn read_at(&self, url: &str, meta: &ObjectMeta, offset: u64, buf: &mut [u8]) -> Result<usize> {
         match self {
-            Access::Fleet(c) => Ok(c.read_at_meta(url, meta, offset, buf)?),
+            Access::Fleet(c) => Ok(c.read_at(url, meta, offset, buf)?),
             Access::Direct(d) => {
                 let (o, rt) = (&d.0, &d.1);
                 let end = (offset + buf.len() as u64).min(meta.size);

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use memarts_protocol::ObjectMeta;
+use memarts_shim::local_file::write_atomically;
 
 use crate::access::{access, Access};
 use crate::cli::{Common, CpArgs, LsArgs, PutArgs};
@@ -185,14 +186,8 @@ fn copy_one(access: &Access, src: &str, dst: &Path, bar: &ProgressBar) -> Result
     if let Some(parent) = dst.parent() {
         std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
     }
-    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dst.with_file_name(format!(
-        ".{name}.memarts-{}-{:?}.tmp",
-        std::process::id(),
-        std::thread::current().id()
-    ));
-    let result = (|| -> Result<()> {
-        let mut out = std::fs::File::create(&tmp).with_context(|| tmp.display().to_string())?;
+    write_atomically(dst, |tmp| -> Result<()> {
+        let mut out = std::fs::File::create(tmp).with_context(|| tmp.display().to_string())?;
         let meta: ObjectMeta = access.stat(src)?;
         let mut buf = vec![0u8; WINDOW.min(meta.size as usize).max(1)];
         let mut offset = 0;
@@ -206,11 +201,6 @@ fn copy_one(access: &Access, src: &str, dst: &Path, bar: &ProgressBar) -> Result
             bar.inc(n as u64);
         }
         out.sync_data()?;
-        std::fs::rename(&tmp, dst)?;
         Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    })
 }

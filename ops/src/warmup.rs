@@ -102,7 +102,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
                     };
                     let mut offset = 0;
                     while offset < obj.size {
-                        match client.read_at_meta(&obj.url, &meta, offset, &mut buf) {
+                        match client.read_at(&obj.url, &meta, offset, &mut buf[..]) {
                             Ok(0) => break,
                             Ok(n) => {
                                 offset += n as u64;

@@ -6,6 +6,7 @@ use std::os::fd::OwnedFd;
 
 use memarts_protocol::{ChunkBody, ChunkReply, ChunkRequest, FirstRequest, ObjectMeta, Request, Response};
 
+use crate::answer::expect_answer;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
 use crate::fill::{assume_filled, pread_exact, Room, Sink};
@@ -16,11 +17,7 @@ pub fn read_chunk(conn: &mut Conn, req: &ChunkRequest, dst: &mut Room) -> Result
     let mut req = req.clone();
     loop {
         let reply = conn.call(&Request::ReadChunk(req.clone()))?;
-        let c = match reply.response {
-            Response::Chunk(c) => c,
-            Response::Error(e) => return Err(e.into()),
-            other => return Err(Error::Protocol(format!("unexpected answer to ReadChunk: {other:?}"))),
-        };
+        let c = expect_answer!(reply.response, "ReadChunk", Response::Chunk(c) => c)?;
         if receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, dst)? {
             return Ok(());
         }
@@ -46,11 +43,8 @@ pub fn read_first(
 ) -> Result<(ObjectMeta, bool)> {
     let request = FirstRequest { url: url.to_string(), chunk_size, refresh };
     let reply = conn.call(&Request::ReadFirst(request))?;
-    let (meta, chunk) = match reply.response {
-        Response::First { meta, chunk } => (meta, chunk),
-        Response::Error(e) => return Err(e.into()),
-        other => return Err(Error::Protocol(format!("unexpected answer to ReadFirst: {other:?}"))),
-    };
+    let (meta, chunk) =
+        expect_answer!(reply.response, "ReadFirst", Response::First { meta, chunk } => (meta, chunk))?;
     let size = usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
     sink.reserve(size)?;
     let Some(c) = chunk else { return Ok((meta, true)) };
@@ -73,11 +67,7 @@ pub fn read_first(
 /// is `Corrupt`, since the cache holds the only copy.
 pub fn read_memarts(conn: &mut Conn, url: &str, sink: &mut dyn Sink) -> Result<u64> {
     let reply = conn.call(&Request::ReadMemarts { url: url.to_string() })?;
-    let c = match reply.response {
-        Response::Chunk(c) => c,
-        Response::Error(e) => return Err(e.into()),
-        other => return Err(Error::Protocol(format!("unexpected answer to ReadMemarts: {other:?}"))),
-    };
+    let c = expect_answer!(reply.response, "ReadMemarts", Response::Chunk(c) => c)?;
     let size = usize::try_from(c.len).map_err(|_| Error::BadRequest("object too large".into()))?;
     sink.reserve(size)?;
     if !receive_body(conn, &c, reply.fds.into_iter().next(), reply.payload_len, sink.room())? {
@@ -147,11 +137,7 @@ fn read_checked(file: &File, dst: &mut Room, offset: u64) -> Result<u32> {
 /// one, with `recheck`.
 pub fn read_batch(conn: &mut Conn, reqs: &[ChunkRequest], dsts: &mut [&mut Room]) -> Result<()> {
     let reply = conn.call(&Request::ReadChunks(reqs.to_vec()))?;
-    let results = match reply.response {
-        Response::Chunks(results) => results,
-        Response::Error(e) => return Err(e.into()),
-        other => return Err(Error::Protocol(format!("unexpected answer to ReadChunks: {other:?}"))),
-    };
+    let results = expect_answer!(reply.response, "ReadChunks", Response::Chunks(results) => results)?;
     if results.len() != reqs.len() {
         return Err(Error::Protocol(format!("{} results for {} chunks", results.len(), reqs.len())));
     }

@@ -11,6 +11,7 @@ use memarts_protocol::{
     meta_owner_slot, ListEntry, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
 };
 
+use crate::answer::expect_answer;
 use crate::config::ShimConfig;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -232,11 +233,8 @@ impl Client {
         // that slot last verified is there to fall back on when the origin is down.
         let slot = memarts_protocol::chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
         self.with_slot(slot, self.deadline(), |conn| {
-            match conn.call(&Request::Stat { url: url.clone(), refresh })?.response {
-                Response::Stat(meta) => Ok(meta),
-                Response::Error(e) => Err(e.into()),
-                other => Err(Error::Protocol(format!("unexpected answer to Stat: {other:?}"))),
-            }
+            let reply = conn.call(&Request::Stat { url: url.clone(), refresh })?;
+            expect_answer!(reply.response, "Stat", Response::Stat(meta) => meta)
         })
     }
 
@@ -255,11 +253,8 @@ impl Client {
                 max_entries: 1000,
             };
             let page = self.with_slot(slot, self.deadline(), |conn| {
-                match conn.call(&Request::List(req.clone()))?.response {
-                    Response::List(page) => Ok(page),
-                    Response::Error(e) => Err(e.into()),
-                    other => Err(Error::Protocol(format!("unexpected answer to List: {other:?}"))),
-                }
+                let reply = conn.call(&Request::List(req.clone()))?;
+                expect_answer!(reply.response, "List", Response::List(page) => page)
             })?;
             out.extend(page.entries);
             match page.next {
@@ -275,10 +270,9 @@ impl Client {
             .map(|slot| {
                 let res =
                     Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
-                        .and_then(|mut c| match c.call(&Request::Status)?.response {
-                            Response::Status(s) => Ok(s),
-                            Response::Error(e) => Err(e.into()),
-                            other => Err(Error::Protocol(format!("unexpected answer to Status: {other:?}"))),
+                        .and_then(|mut c| {
+                            let reply = c.call(&Request::Status)?;
+                            expect_answer!(reply.response, "Status", Response::Status(s) => s)
                         });
                 (slot, res)
             })

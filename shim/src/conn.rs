@@ -13,6 +13,7 @@ use memarts_protocol::{
 };
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 
+use crate::answer::expect_answer;
 use crate::error::{Error, Result};
 
 pub struct Conn {
@@ -42,12 +43,10 @@ impl Conn {
             client: format!("memarts-shim/{} pid={}", env!("CARGO_PKG_VERSION"), std::process::id()),
         };
         let reply = conn.call(&Request::Hello(hello))?;
-        match reply.response {
-            Response::Welcome(w) => conn.welcome = w,
+        conn.welcome = match reply.response {
             Response::Incompatible { message, .. } => return Err(Error::Protocol(message)),
-            Response::Error(e) => return Err(e.into()),
-            other => return Err(Error::Protocol(format!("unexpected answer to Hello: {other:?}"))),
-        }
+            other => expect_answer!(other, "Hello", Response::Welcome(w) => w)?,
+        };
         Ok(conn)
     }
 

@@ -54,6 +54,26 @@ impl VecSink {
     }
 }
 
+/// Where [`crate::Client::read_at`] puts its bytes: initialised bytes (a reused `&mut [u8]`) or
+/// [`Room`] that need not be (a buffer allocated for the read), so one read serves both.
+///
+/// The room view of a `[u8]` stays inside the shim, which writes only initialised bytes through it:
+/// outside code holding that view could store `MaybeUninit::uninit()` into a `[u8]`, which is why
+/// this is a type with a private field rather than a public `as_room`.
+pub struct ReadBuf<'a>(pub(crate) &'a mut Room);
+
+impl<'a> From<&'a mut [u8]> for ReadBuf<'a> {
+    fn from(buf: &'a mut [u8]) -> ReadBuf<'a> {
+        ReadBuf(as_room(buf))
+    }
+}
+
+impl<'a> From<&'a mut Room> for ReadBuf<'a> {
+    fn from(room: &'a mut Room) -> ReadBuf<'a> {
+        ReadBuf(room)
+    }
+}
+
 /// Views an initialised slice as room. Writing initialised bytes into it keeps it initialised.
 pub fn as_room(buf: &mut [u8]) -> &mut Room {
     // SAFETY: `MaybeUninit<u8>` has the layout of `u8`; every write through the returned slice

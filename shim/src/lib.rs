@@ -4,18 +4,25 @@
 //! std Unix sockets, connects lazily and, after a `fork`, drops inherited connections and opens its own.
 //! Layout:
 //! - [`config`]: settings from the MoXing / memarts environment variables.
+//! - `answer`: taking the expected variant out of a proxy's answer, or the error it stands for.
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - `write`: uploads and deletes at the origin, through the fleet.
+//! - `download`: an object into a local file, in bounded memory.
+//! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
+mod answer;
 mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
+mod download;
 pub mod error;
 mod fill;
+pub mod local_file;
 mod read;
 pub mod trust;
 mod write;
@@ -23,5 +30,5 @@ mod write;
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
 pub use error::{Error, Result};
-pub use fill::{Room, Sink, VecSink};
+pub use fill::{ReadBuf, Room, Sink, VecSink};
 pub use memarts_protocol::{ListEntry, ObjectMeta, SlotStatus};

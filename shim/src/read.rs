@@ -12,7 +12,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
 use crate::client::{parse, Client};
 use crate::error::{Error, Result};
-use crate::fill::{as_room, Room, Sink, VecSink};
+use crate::fill::{ReadBuf, Room, Sink, VecSink};
 
 /// One chunk's share of a read: the chunk, and where its wanted bytes go.
 struct Piece<'a> {
@@ -66,7 +66,7 @@ impl Client {
             if warm {
                 self.read_batched(&url_text, &meta, cs, rest)?;
             } else {
-                self.read_pieces(&url_text, &meta, cs, rest, self.cfg.parallel)?;
+                self.read_at(&url_text, &meta, cs, rest)?;
             }
         }
         Ok(meta)
@@ -85,44 +85,29 @@ impl Client {
         let meta = self.stat(url)?;
         let len = len.min(meta.size.saturating_sub(offset) as usize);
         let mut buf = vec![0u8; len];
-        let n = self.read_at_meta(url, &meta, offset, &mut buf)?;
+        let n = self.read_at(url, &meta, offset, &mut buf[..])?;
         buf.truncate(n);
         Ok(buf)
     }
 
     /// Fills `dst` from `offset`; returns the bytes read (short only at the end of the object).
     pub fn read_into(&self, url: &str, offset: u64, dst: &mut [u8]) -> Result<usize> {
-        let meta = self.stat(url)?;
-        self.read_at_meta(url, &meta, offset, dst)
+        self.read_at(url, &self.stat(url)?, offset, dst)
     }
 
-    /// Reads with metadata the caller already has (its ETag pins the version read).
-    pub fn read_at_meta(&self, url: &str, meta: &ObjectMeta, offset: u64, dst: &mut [u8]) -> Result<usize> {
-        self.read_pieces(url, meta, offset, as_room(dst), self.cfg.parallel)
-    }
-
-    /// [`Client::read_at_meta`] into room that need not be initialised (a buffer allocated for it);
-    /// on `Ok(n)` its first `n` bytes are written.
-    pub fn read_at_meta_room(
+    /// Bytes of the version `meta` names (its ETag pins it), from `offset` into `dst`: a reused
+    /// `&mut [u8]`, or [`Room`] that need not be initialised (a buffer allocated for the read).
+    /// Returns the bytes read, short only at the end of the object; on `Ok(n)` the first `n` bytes
+    /// of `dst` are written. The chunks covering `dst` are fetched on up to
+    /// [`ShimConfig::parallel`](crate::ShimConfig::parallel) threads, the calling one included.
+    pub fn read_at<'d>(
         &self,
         url: &str,
         meta: &ObjectMeta,
         offset: u64,
-        dst: &mut Room,
+        dst: impl Into<ReadBuf<'d>>,
     ) -> Result<usize> {
-        self.read_pieces(url, meta, offset, dst, self.cfg.parallel)
-    }
-
-    /// Fetches the chunks covering `dst` with at most `workers` threads, the calling one included.
-    /// On `Ok(n)` the first `n` bytes of `dst` are written.
-    fn read_pieces(
-        &self,
-        url: &str,
-        meta: &ObjectMeta,
-        offset: u64,
-        dst: &mut Room,
-        workers: usize,
-    ) -> Result<usize> {
+        let dst = dst.into().0;
         let parsed = parse(url)?;
         let etag = meta.etag.as_deref().filter(|e| !e.is_empty()).ok_or_else(|| {
             Error::Origin(format!("{url}: the origin reports no ETag, so its chunks cannot be cached safely"))
@@ -134,7 +119,7 @@ impl Client {
         let target = Target::new(&parsed, etag, meta.size, self.cfg.chunk_size);
         let pieces = plan(&target, offset, &mut dst[..len]);
         let deadline = Instant::now() + self.cfg.deadline;
-        run_parallel(workers, pieces, |piece| self.fetch_piece(&target, piece, deadline))?;
+        run_parallel(self.cfg.parallel, pieces, |piece| self.fetch_piece(&target, piece, deadline))?;
         Ok(len)
     }
 
@@ -263,6 +248,7 @@ fn cores() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fill::as_room;
 
     #[test]
     fn plan_covers_the_range_exactly() {

@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use memarts_protocol::{chunk_owner, meta_owner_slot, Crc32c, ObjectMeta, Request, Response};
 
+use crate::answer::expect_answer;
 use crate::client::{parse, Client};
 use crate::conn::Conn;
 use crate::error::{Error, Result};
@@ -76,11 +77,8 @@ impl Client {
         let slot = meta_owner_slot(&url, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
         self.with_slot(slot, deadline, |conn| {
-            match conn.call(&Request::Delete { url: url.clone() })?.response {
-                Response::Deleted => Ok(()),
-                Response::Error(e) => Err(e.into()),
-                other => Err(Error::Protocol(format!("unexpected answer to Delete: {other:?}"))),
-            }
+            let reply = conn.call(&Request::Delete { url: url.clone() })?;
+            expect_answer!(reply.response, "Delete", Response::Deleted => ())
         })?;
         self.refresh_first_owner(&parsed, slot, deadline);
         Ok(())
@@ -100,11 +98,7 @@ impl Client {
 }
 
 fn expect_ack(reply: Response) -> Result<u64> {
-    match reply {
-        Response::PutAck { received } => Ok(received),
-        Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!("unexpected answer to an upload: {other:?}"))),
-    }
+    expect_answer!(reply, "an upload", Response::PutAck { received } => received)
 }
 
 fn upload(
@@ -129,78 +123,6 @@ fn upload(
             )));
         }
     }
-    match conn.call(&Request::PutFinish { size, crc32c: crc.finish() })?.response {
-        Response::Put(meta) => Ok(meta),
-        Response::Error(e) => Err(e.into()),
-        other => Err(Error::Protocol(format!("unexpected answer to PutFinish: {other:?}"))),
-    }
-}
-
-impl Client {
-    /// Copies the object `url` into the local file `path` (via a temp file renamed into place), in
-    /// bounded memory: windows of the object are read (their chunks in parallel) and written at their
-    /// offset. Objects of at least `large_threshold` bytes are split into `large_tasks` ranges copied
-    /// at once (MoXing's `MOX_MEMARTS_LARGE_FILE_ACC`). Returns the size.
-    pub fn download(&self, url: &str, path: &Path, large_tasks: usize, large_threshold: u64) -> Result<u64> {
-        let meta = self.stat(url)?;
-        self.download_at_meta(url, &meta, path, large_tasks, large_threshold)
-    }
-
-    /// [`Client::download`] of the version `meta` names (e.g. from a local metadata cache).
-    pub fn download_at_meta(
-        &self,
-        url: &str,
-        meta: &ObjectMeta,
-        path: &Path,
-        large_tasks: usize,
-        large_threshold: u64,
-    ) -> Result<u64> {
-        const WINDOW: u64 = 16 << 20;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(
-            ".{name}.memarts-{}-{:?}.tmp",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let result = (|| -> Result<()> {
-            let file = File::create(&tmp)?;
-            file.set_len(meta.size)?;
-            let tasks = if meta.size >= large_threshold { large_tasks.max(1) } else { 1 };
-            let per_task = meta.size.div_ceil(tasks as u64).div_ceil(WINDOW) * WINDOW;
-            let ranges: Vec<(u64, u64)> = (0..tasks as u64)
-                .map(|i| (i * per_task, ((i + 1) * per_task).min(meta.size)))
-                .filter(|(a, b)| a < b)
-                .collect();
-            let copy_range = |(start, end): (u64, u64)| -> Result<()> {
-                let mut buf = vec![0u8; WINDOW.min(end - start) as usize];
-                let mut offset = start;
-                while offset < end {
-                    let n = ((end - offset) as usize).min(buf.len());
-                    let got = self.read_at_meta(url, meta, offset, &mut buf[..n])?;
-                    if got != n {
-                        return Err(Error::Origin(format!(
-                            "{url}: object ended at {} of {}",
-                            offset + got as u64,
-                            meta.size
-                        )));
-                    }
-                    file.write_all_at(&buf[..n], offset)?;
-                    offset += n as u64;
-                }
-                Ok(())
-            };
-            std::thread::scope(|s| {
-                let handles: Vec<_> = ranges.into_iter().map(|r| s.spawn(move || copy_range(r))).collect();
-                handles.into_iter().try_for_each(|h| {
-                    h.join().unwrap_or_else(|_| Err(Error::Internal("copy thread panicked".into())))
-                })
-            })?;
-            std::fs::rename(&tmp, path)?;
-            Ok(())
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result.map(|()| meta.size)
-    }
+    let reply = conn.call(&Request::PutFinish { size, crc32c: crc.finish() })?;
+    expect_answer!(reply.response, "PutFinish", Response::Put(meta) => meta)
 }

@@ -34,7 +34,7 @@ fn an_overwritten_object_is_served_new_after_the_ttl_and_never_mixed() {
     let uncached =
         memarts_shim::Client::new(memarts_shim::ShimConfig { chunk_size: 2 * CS, ..client.config().clone() })
             .unwrap();
-    let err = uncached.read_at_meta(&url, &old_meta, 0, &mut buf).unwrap_err();
+    let err = uncached.read_at(&url, &old_meta, 0, &mut buf[..]).unwrap_err();
     assert!(matches!(err, memarts_shim::Error::Stale(_)), "{err}");
     // A whole-object read starts over from fresh metadata instead of failing.
     moto().put(&bucket, "o", &v1);

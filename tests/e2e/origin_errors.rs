@@ -62,7 +62,7 @@ fn forbidden_absent_and_replaced_objects_are_asked_once_and_give_distinct_errors
     let (b, k, v) = (bucket.clone(), "pinned".to_string(), pattern(4201, data.len()));
     relay.inject(Match::ranged_get("pinned"), Fault::Replace(Arc::new(move || moto().put(&b, &k, &v))), 1);
     let mut buf = vec![0u8; 1000];
-    let (got, asked) = counted(&relay, || client.read_at_meta(&url("pinned"), &meta, 2 * CS, &mut buf));
+    let (got, asked) = counted(&relay, || client.read_at(&url("pinned"), &meta, 2 * CS, &mut buf[..]));
     assert!(matches!(got, Err(memarts_shim::Error::Stale(_))), "a pinned read of a replaced object: {got:?}");
     assert_eq!(asked, 1, "a read that met a 412 asked the origin {asked} times");
 
@@ -78,7 +78,7 @@ fn forbidden_absent_and_replaced_objects_are_asked_once_and_give_distinct_errors
     let uncached =
         memarts_shim::Client::new(memarts_shim::ShimConfig { chunk_size: 2 * CS, ..client.config().clone() })
             .unwrap();
-    let (got, asked) = counted(&relay, || uncached.read_at_meta(&url("warm"), &warm_meta, 0, &mut buf));
+    let (got, asked) = counted(&relay, || uncached.read_at(&url("warm"), &warm_meta, 0, &mut buf[..]));
     assert!(matches!(got, Err(memarts_shim::Error::PermissionDenied(_))), "a refused chunk: {got:?}");
     assert_eq!(asked, 1, "a refused chunk asked the origin {asked} times");
     assert_eq!(relay.refused_keys(), 3);

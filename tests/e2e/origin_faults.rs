@@ -71,7 +71,7 @@ fn an_object_replaced_between_two_chunk_fetches_is_stale_or_whole_never_mixed() 
         // Pinned to the first version's metadata, so the read cannot start over.
         let meta = client.stat(&url).unwrap();
         let mut buf = vec![0u8; v1.len()];
-        match client.read_at_meta(&url, &meta, 0, &mut buf) {
+        match client.read_at(&url, &meta, 0, &mut buf[..]) {
             Ok(n) => assert!(buf[..n] == v1[..n], "a read returned bytes of two versions"),
             Err(memarts_shim::Error::Stale(m)) => {
                 stale += 1;

@@ -90,7 +90,7 @@ fn replaced(scale: Scale) -> Row {
         let url = format!("s3://{bucket}/{key}");
         let meta = client.stat(&url).unwrap();
         let mut buf = vec![0u8; v1.len()];
-        match client.read_at_meta(&url, &meta, 0, &mut buf) {
+        match client.read_at(&url, &meta, 0, &mut buf[..]) {
             Ok(n) => {
                 row.bytes_verified += n as u64;
                 row.wrong_bytes += wrong_bytes(&buf[..n], &v1);

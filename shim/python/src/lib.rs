@@ -207,7 +207,7 @@ impl Client {
         let mut sink = BytesSink::default();
         py.detach(|| -> memarts_shim::Result<()> {
             sink.reserve(len)?;
-            let n = self.inner.read_at_meta_room(url, &meta, 0, sink.room())?;
+            let n = self.inner.read_at(url, &meta, 0, sink.room())?;
             if n != len {
                 return Err(Error::Stale(format!("{url}: {n} bytes where {len} were cached")));
             }

@@ -1,0 +1,71 @@
+//! Downloads: an object copied into a local file in bounded memory, by windows read (their chunks in
+//! parallel) and written at their offset, large objects as several ranges at once, through a temp
+//! file renamed into place.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memarts_protocol::ObjectMeta;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::local_file::write_atomically;
+
+impl Client {
+    /// Copies the object `url` into the local file `path` (via a temp file renamed into place), in
+    /// bounded memory: windows of the object are read (their chunks in parallel) and written at their
+    /// offset. Objects of at least `large_threshold` bytes are split into `large_tasks` ranges copied
+    /// at once (MoXing's `MOX_MEMARTS_LARGE_FILE_ACC`). Returns the size.
+    pub fn download(&self, url: &str, path: &Path, large_tasks: usize, large_threshold: u64) -> Result<u64> {
+        let meta = self.stat(url)?;
+        self.download_at_meta(url, &meta, path, large_tasks, large_threshold)
+    }
+
+    /// [`Client::download`] of the version `meta` names (e.g. from a local metadata cache).
+    pub fn download_at_meta(
+        &self,
+        url: &str,
+        meta: &ObjectMeta,
+        path: &Path,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> Result<u64> {
+        const WINDOW: u64 = 16 << 20;
+        write_atomically(path, |tmp| -> Result<u64> {
+            let file = File::create(tmp)?;
+            file.set_len(meta.size)?;
+            let tasks = if meta.size >= large_threshold { large_tasks.max(1) } else { 1 };
+            let per_task = meta.size.div_ceil(tasks as u64).div_ceil(WINDOW) * WINDOW;
+            let ranges: Vec<(u64, u64)> = (0..tasks as u64)
+                .map(|i| (i * per_task, ((i + 1) * per_task).min(meta.size)))
+                .filter(|(a, b)| a < b)
+                .collect();
+            let copy_range = |(start, end): (u64, u64)| -> Result<()> {
+                let mut buf = vec![0u8; WINDOW.min(end - start) as usize];
+                let mut offset = start;
+                while offset < end {
+                    let n = ((end - offset) as usize).min(buf.len());
+                    let got = self.read_at(url, meta, offset, &mut buf[..n])?;
+                    if got != n {
+                        return Err(Error::Origin(format!(
+                            "{url}: object ended at {} of {}",
+                            offset + got as u64,
+                            meta.size
+                        )));
+                    }
+                    file.write_all_at(&buf[..n], offset)?;
+                    offset += n as u64;
+                }
+                Ok(())
+            };
+            std::thread::scope(|s| {
+                let handles: Vec<_> = ranges.into_iter().map(|r| s.spawn(move || copy_range(r))).collect();
+                handles.into_iter().try_for_each(|h| {
+                    h.join().unwrap_or_else(|_| Err(Error::Internal("copy thread panicked".into())))
+                })
+            })?;
+            Ok(meta.size)
+        })
+    }
+}
