@@ -119,6 +119,17 @@ def fleet(moto_endpoint):
             """A cache counter summed over the slots (or the in-process engine)."""
             return memarts.stats()[field]
 
+        @staticmethod
+        def wait_cached(n):
+            """Waits until at least ``n`` chunks are on disk: a fill is handed to its readers first
+            and written after, so a read right after a cold one may still get a chunk from the fill
+            (no second GET, but not a hit either)."""
+            deadline = time.time() + 20
+            while memarts.stats()["cached_chunks"] < n:
+                if time.time() > deadline:
+                    pytest.fail(f"the cache never held {n} chunks")
+                time.sleep(0.02)
+
     yield Fleet
     if MODE == "proxy":
         subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)

@@ -29,7 +29,9 @@ def test_read_text_binary_and_every_cloud_scheme(s3, bucket):
 def test_second_read_is_a_cache_hit(s3, bucket, fleet):
     data = pattern(2, 3 * CS)
     s3.put_object(Bucket=bucket, Key="hot", Body=data)
+    cached = fleet.total("cached_chunks")
     assert mox.file.read(f"obs://{bucket}/hot", binary=True) == data
+    fleet.wait_cached(cached + 3)
     hits = fleet.total("hits")
     assert mox.file.read(f"obs://{bucket}/hot", binary=True) == data
     assert fleet.total("hits") == hits + 3
