@@ -33,7 +33,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         cfg.cache_dir = crate::settings::absolute(dir.clone())?;
     }
     if let Some(cap) = &args.capacity {
-        cfg.capacity = Some(parse_size(cap).map_err(|e| anyhow::anyhow!("--capacity: {e}"))?);
+        cfg.capacity = Some(parse_size(cap).context("--capacity")?);
     }
     if let Some(engine) = &args.io_engine {
         cfg.io_engine = engine.clone();

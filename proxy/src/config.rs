@@ -189,7 +189,8 @@ impl FleetConfig {
             self.io_engine = v.trim().to_string();
         }
         if let Some(v) = get("MEMARTS_SPIN_US").filter(|v| !v.is_empty()) {
-            self.spin_us = memarts_protocol::spin::parse_spin_us(&v)?.as_micros() as u64;
+            self.spin_us =
+                memarts_protocol::spin::parse_spin_us(&v).map_err(|e| e.to_string())?.as_micros() as u64;
         }
         if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
             self.origin.endpoint = Some(v);
