@@ -47,7 +47,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(path) = &args.credentials_file {
         cfg.origin.credentials_file = Some(crate::settings::absolute(path.clone())?);
     }
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    cfg.validate()?;
     if let Some(path) = &cfg.origin.credentials_file {
         // One clear error naming the file rather than one per slot; each slot reads it again anyway.
         FileCredentialProvider::open(path)?;

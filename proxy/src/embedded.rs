@@ -36,7 +36,7 @@ impl Embedded {
             // Nothing is ever written there; keep it out of the user's cache dir.
             cfg.cache_dir = run_dir.join("cache");
         }
-        cfg.validate()?;
+        cfg.validate().map_err(|e| e.to_string())?;
         let cleanup = |e: String| {
             let _ = std::fs::remove_dir_all(&run_dir);
             e

@@ -60,7 +60,7 @@ pub fn build_cache_with(
     } else {
         origin
     };
-    let kind = cfg.engine_kind()?;
+    let kind = cfg.engine_kind().map_err(|e| e.to_string())?;
     let (engine, fallback) = select_engine(kind).map_err(|e| format!("I/O engine {}: {e}", cfg.io_engine))?;
     let io_engine = engine.name();
     let store = ChunkStore::open(&cfg.cache_dir, engine)

@@ -142,7 +142,7 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
     };
     let cfg = match crate::config::FleetConfig::load(fleet) {
         Ok(cfg) => cfg,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.to_string()),
     };
     if slot >= cfg.slots {
         return fail(format!("slot {slot} is out of range for a fleet of {}", cfg.slots));
