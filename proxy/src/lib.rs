@@ -13,9 +13,10 @@
 //! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
 //! - [`StartError`] (in `start_error.rs`): why a slot could not be built or started.
 //!
-//! [`build_cache`] builds a slot from a [`config::FleetConfig`] and [`serve`] serves it; the binary
-//! is a thin shell around [`lifecycle::main`], and tests can call [`server::run`] directly with their
-//! own origin.
+//! [`build_cache`] builds a slot from a [`config::FleetConfig`] and [`serve`] serves it;
+//! [`lifecycle::main`] is the whole life of a proxy process, which the `memarts-proxy` binary (in
+//! the `memarts-ops` package, with the CLI that starts it) calls after parsing its arguments and
+//! setting up logging. Tests can call [`server::run`] directly with their own origin.
 
 pub mod budget;
 pub mod cache;

@@ -127,15 +127,10 @@ pub fn announce(readiness: &Readiness) {
     }
 }
 
-/// The whole life of a slot process: set up, announce readiness, serve, drain, exit.
+/// The whole life of a slot process: set up, announce readiness, serve, drain, exit. Logs through
+/// whatever `tracing` subscriber the binary installed.
 pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
     use std::process::ExitCode;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMARTS_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(io::stderr)
-        .init();
     let pid = std::process::id();
     let fail = |error: StartError| {
         tracing::error!("slot {slot} failed to start: {error}");
