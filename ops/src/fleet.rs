@@ -33,7 +33,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         cfg.cache_dir = crate::settings::absolute(dir.clone())?;
     }
     if let Some(cap) = &args.capacity {
-        cfg.capacity = Some(parse_size(cap).map_err(|e| anyhow::anyhow!("--capacity: {e}"))?);
+        cfg.capacity = Some(parse_size(cap).context("--capacity")?);
     }
     if let Some(engine) = &args.io_engine {
         cfg.io_engine = engine.clone();
@@ -47,7 +47,7 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(path) = &args.credentials_file {
         cfg.origin.credentials_file = Some(crate::settings::absolute(path.clone())?);
     }
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    cfg.validate()?;
     if let Some(path) = &cfg.origin.credentials_file {
         // One clear error naming the file rather than one per slot; each slot reads it again anyway.
         FileCredentialProvider::open(path)?;

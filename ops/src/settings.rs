@@ -23,7 +23,7 @@ pub fn resolve(common: &Common) -> Result<FleetConfig> {
         }
         None => FleetConfig::default(),
     };
-    cfg.apply_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    cfg.apply_env(|k| std::env::var(k).ok())?;
     if let Some(dir) = &common.run_dir {
         cfg.run_dir = dir.clone();
     }

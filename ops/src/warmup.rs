@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use memarts_proxy::size::format_size;
 use memarts_shim::{fleet_running, Client};
 
@@ -73,8 +73,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
     );
     let limit = match &args.max_rate {
         Some(rate) => {
-            let per_sec =
-                memarts_proxy::size::parse_size(rate).map_err(|e| anyhow::anyhow!("--max-rate: {e}"))?;
+            let per_sec = memarts_proxy::size::parse_size(rate).context("--max-rate")?;
             if per_sec == 0 {
                 bail!("--max-rate must be more than 0 bytes per second");
             }

@@ -15,11 +15,20 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// Backoff after consecutive misses caps at `2^6 - 1 = 63` blocking waits between polls.
 pub const MAX_BACKOFF_EXP: u32 = 6;
 
+/// A `MEMARTS_SPIN_US` value that is not a number of microseconds between 0 and 10000. Its message
+/// names the variable, so the shim and the proxy's config report it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MEMARTS_SPIN_US={value:?} is not a number of microseconds between 0 and 10000")]
+pub struct SpinUsError {
+    /// The value as it was given, untrimmed.
+    pub value: String,
+}
+
 /// Parses a `MEMARTS_SPIN_US` value: microseconds, 0 to 10000 (0 turns polling off).
-pub fn parse_spin_us(value: &str) -> Result<Duration, String> {
+pub fn parse_spin_us(value: &str) -> Result<Duration, SpinUsError> {
     match value.trim().parse::<u64>() {
         Ok(us) if us <= 10_000 => Ok(Duration::from_micros(us)),
-        _ => Err(format!("MEMARTS_SPIN_US={value:?} is not a number of microseconds between 0 and 10000")),
+        _ => Err(SpinUsError { value: value.to_string() }),
     }
 }
 
@@ -126,7 +135,9 @@ mod tests {
         assert_eq!(parse_spin_us(" 25 "), Ok(Duration::from_micros(25)));
         assert_eq!(parse_spin_us("0"), Ok(Duration::ZERO));
         for bad in ["-1", "fast", "10001", "1.5"] {
-            assert!(parse_spin_us(bad).unwrap_err().contains("MEMARTS_SPIN_US"), "{bad}");
+            let err = parse_spin_us(bad).unwrap_err();
+            assert_eq!(err, SpinUsError { value: bad.to_string() });
+            assert!(err.to_string().contains("MEMARTS_SPIN_US"), "{bad}");
         }
     }
 

@@ -5,13 +5,16 @@
 //! it: it may name a credentials file (`origin.credentials_file`), which each proxy reads and re-reads
 //! itself; otherwise proxies take them from the standard `AWS_*` environment they inherit. Library
 //! code receives this typed struct and never reads argv or the environment itself, except through
-//! [`FleetConfig::apply_env`].
+//! [`FleetConfig::apply_env`]. Errors are a [`ConfigError`] naming the setting (`config/error.rs`).
+
+mod error;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use error::{ConfigError, ValueError};
 pub use memarts_protocol::layout::{default_run_dir, fleet_file, socket_path};
 
 use crate::chunk_store::EngineKind;
@@ -163,7 +166,7 @@ pub fn default_cache_dir() -> PathBuf {
 impl FleetConfig {
     /// Applies the environment variables this config knows, through `get` (so tests pass a map).
     /// A malformed value is an error naming the variable, never a silent default.
-    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), String> {
+    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
         if let Some(v) = get("MEMARTS_RUN_DIR").filter(|v| !v.is_empty()) {
             self.run_dir = v.into();
         }
@@ -171,21 +174,25 @@ impl FleetConfig {
             self.cache_dir = v.into();
         }
         if let Some(v) = get("MEMARTS_CACHE_CAPACITY").filter(|v| !v.is_empty()) {
-            self.capacity = Some(parse_size(&v).map_err(|e| format!("MEMARTS_CACHE_CAPACITY: {e}"))?);
+            self.capacity =
+                Some(parse_size(&v).map_err(|e| ConfigError::malformed("MEMARTS_CACHE_CAPACITY", e))?);
         }
         if let Some(v) = get("MEMARTS_ONLY_CAPACITY").filter(|v| !v.is_empty()) {
             self.memarts_only_capacity =
-                Some(parse_size(&v).map_err(|e| format!("MEMARTS_ONLY_CAPACITY: {e}"))?);
+                Some(parse_size(&v).map_err(|e| ConfigError::malformed("MEMARTS_ONLY_CAPACITY", e))?);
         }
         if let Some(v) = get("MOX_OBS_CLIENT_LOG").filter(|v| !v.is_empty()) {
             self.origin_log = match v.trim() {
                 "1" => true,
                 "0" => false,
-                other => return Err(format!("MOX_OBS_CLIENT_LOG: {other:?} must be 0 or 1")),
+                other => {
+                    let reason = ValueError::NotOneOf { value: other.to_string(), expected: "0 or 1" };
+                    return Err(ConfigError::malformed("MOX_OBS_CLIENT_LOG", reason));
+                }
             };
         }
         if let Some(v) = get("MEMARTS_IO_ENGINE").filter(|v| !v.is_empty()) {
-            v.trim().parse::<EngineKind>().map_err(|e| format!("MEMARTS_IO_ENGINE: {e}"))?;
+            v.trim().parse::<EngineKind>().map_err(|e| ConfigError::malformed("MEMARTS_IO_ENGINE", e))?;
             self.io_engine = v.trim().to_string();
         }
         if let Some(v) = get("MEMARTS_SPIN_US").filter(|v| !v.is_empty()) {
@@ -201,29 +208,30 @@ impl FleetConfig {
             self.origin.credentials_file = Some(v.into());
         }
         if let Some(v) = get("AWS_ALLOW_HTTP").filter(|v| !v.is_empty()) {
-            self.origin.allow_http = parse_bool(&v).map_err(|e| format!("AWS_ALLOW_HTTP: {e}"))?;
+            self.origin.allow_http =
+                parse_bool(&v).map_err(|e| ConfigError::malformed("AWS_ALLOW_HTTP", e))?;
         }
         Ok(())
     }
 
     /// Checks every field; the error names the field and says what is accepted.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.slots == 0 || self.slots > 256 {
-            return Err(format!("slots must be between 1 and 256, got {}", self.slots));
+            return Err(ConfigError::invalid("slots", "between 1 and 256", self.slots));
         }
         if !self.run_dir.is_absolute() {
-            return Err(format!("run_dir must be an absolute path, got {}", self.run_dir.display()));
+            return Err(ConfigError::invalid("run_dir", "an absolute path", self.run_dir.display()));
         }
         if !self.cache_dir.is_absolute() {
-            return Err(format!("cache_dir must be an absolute path, got {}", self.cache_dir.display()));
+            return Err(ConfigError::invalid("cache_dir", "an absolute path", self.cache_dir.display()));
         }
         if let Some(cap) = self.capacity {
             if cap < (64 << 20) {
-                return Err(format!("capacity must be at least 64MiB, got {cap} bytes"));
+                return Err(ConfigError::invalid("capacity", "at least 64MiB", format!("{cap} bytes")));
             }
         }
         if let Some(root) = self.local_roots.iter().find(|r| !r.is_absolute()) {
-            return Err(format!("local_roots must be absolute paths, got {}", root.display()));
+            return Err(ConfigError::invalid("local_roots", "absolute paths", root.display()));
         }
         self.engine_kind()?;
         for (name, v) in [
@@ -235,23 +243,24 @@ impl FleetConfig {
             ("origin.first_byte_timeout_secs", self.origin.first_byte_timeout_secs),
         ] {
             if !(0.0..=1e7).contains(&v) {
-                return Err(format!("{name} must be a number of seconds >= 0, got {v}"));
+                return Err(ConfigError::invalid(name, "a number of seconds >= 0", v));
             }
         }
         if self.spin_us > 10_000 {
-            return Err(format!("spin_us must be between 0 and 10000 microseconds, got {}", self.spin_us));
+            return Err(ConfigError::invalid("spin_us", "between 0 and 10000 microseconds", self.spin_us));
         }
+        let at_least = |setting, expected| ConfigError::Invalid { setting, value: None, expected };
         if self.max_connections == 0 {
-            return Err("max_connections must be at least 1".into());
+            return Err(at_least("max_connections", "at least 1"));
         }
         if self.origin.max_attempts == 0 {
-            return Err("origin.max_attempts must be at least 1".into());
+            return Err(at_least("origin.max_attempts", "at least 1"));
         }
         if self.origin.min_throughput == 0 {
-            return Err("origin.min_throughput must be at least 1 byte/s".into());
+            return Err(at_least("origin.min_throughput", "at least 1 byte/s"));
         }
         if self.origin.credentials_file.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
-            return Err("origin.credentials_file must be a path, got an empty string".into());
+            return Err(ConfigError::invalid("origin.credentials_file", "a path", "an empty string"));
         }
         Ok(())
     }
@@ -263,8 +272,8 @@ impl FleetConfig {
         self.allowed_uids.iter().any(|&uid| uid != nix::unistd::getuid().as_raw())
     }
 
-    pub fn engine_kind(&self) -> Result<EngineKind, String> {
-        self.io_engine.parse::<EngineKind>().map_err(|e| format!("io_engine: {e}"))
+    pub fn engine_kind(&self) -> Result<EngineKind, ConfigError> {
+        self.io_engine.parse::<EngineKind>().map_err(|e| ConfigError::malformed("io_engine", e))
     }
 
     pub fn meta_ttl(&self) -> Duration {
@@ -288,11 +297,11 @@ impl FleetConfig {
     }
 
     /// Reads `fleet.json` as written by `memarts start_proxy`.
-    pub fn load(path: &Path) -> Result<FleetConfig, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Unreadable { path: path.to_path_buf(), source })?;
         let cfg: FleetConfig = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not a fleet config: {e}", path.display()))?;
+            .map_err(|source| ConfigError::NotAFleetConfig { path: path.to_path_buf(), source })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -314,11 +323,11 @@ fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Err
 }
 
 /// `1/true/yes/on` or `0/false/no/off`, case-insensitive.
-pub fn parse_bool(v: &str) -> Result<bool, String> {
+pub fn parse_bool(v: &str) -> Result<bool, ValueError> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
         "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(format!("{v:?} is not a boolean (use 1 or 0)")),
+        _ => Err(ValueError::NotABool { value: v.to_string() }),
     }
 }
 
@@ -350,24 +359,28 @@ mod tests {
         let err = FleetConfig::default()
             .apply_env(|k| (k == "MEMARTS_IO_ENGINE").then(|| "mmap".to_string()))
             .unwrap_err();
+        assert_eq!(err.setting(), Some("MEMARTS_IO_ENGINE"));
+        let err = err.to_string();
         assert!(err.starts_with("MEMARTS_IO_ENGINE"), "{err}");
 
         let err = FleetConfig::default()
             .apply_env(|k| (k == "MEMARTS_CACHE_CAPACITY").then(|| "lots".to_string()))
             .unwrap_err();
+        assert_eq!(err.setting(), Some("MEMARTS_CACHE_CAPACITY"));
+        let err = err.to_string();
         assert!(err.starts_with("MEMARTS_CACHE_CAPACITY"), "{err}");
     }
 
     #[test]
     fn validate_rejects_nonsense() {
         let cfg = FleetConfig { slots: 0, ..FleetConfig::default() };
-        assert!(cfg.validate().unwrap_err().contains("slots"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("slots"));
         let cfg = FleetConfig { io_engine: "fast".into(), ..FleetConfig::default() };
-        assert!(cfg.validate().unwrap_err().contains("io_engine"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("io_engine"));
         let cfg = FleetConfig { cache_dir: "rel".into(), ..FleetConfig::default() };
-        assert!(cfg.validate().unwrap_err().contains("cache_dir"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("cache_dir"));
         let cfg = FleetConfig { local_roots: vec!["data".into()], ..FleetConfig::default() };
-        assert!(cfg.validate().unwrap_err().contains("local_roots"));
+        assert!(cfg.validate().unwrap_err().to_string().contains("local_roots"));
     }
 
     #[test]

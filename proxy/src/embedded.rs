@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::FleetConfig;
+use crate::{EmbeddedStep, StartError};
 
 /// A running in-process slot; dropping it stops it and removes its private run dir.
 pub struct Embedded {
@@ -26,31 +27,33 @@ pub struct Embedded {
 impl Embedded {
     /// Starts one slot with `cfg` (its `slots` is forced to 1) in a private run dir under
     /// `$TMPDIR`. Returns once the socket is bound and the engine built.
-    pub fn start(mut cfg: FleetConfig) -> Result<Embedded, String> {
+    pub fn start(mut cfg: FleetConfig) -> Result<Embedded, StartError> {
         cfg.slots = 1;
         let base = std::env::temp_dir();
         let run_dir = base.join(format!("memarts-embedded-{}-{}", std::process::id(), unique()));
-        crate::lifecycle::ensure_private_dir(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+        crate::lifecycle::ensure_private_dir(&run_dir)
+            .map_err(|source| StartError::PrivateRunDir { path: run_dir.clone(), source })?;
         cfg.run_dir = run_dir.clone();
         if cfg.passthrough {
             // Nothing is ever written there; keep it out of the user's cache dir.
             cfg.cache_dir = run_dir.join("cache");
         }
         cfg.validate()?;
-        let cleanup = |e: String| {
+        let cleanup = |e: StartError| {
             let _ = std::fs::remove_dir_all(&run_dir);
             e
         };
-        let json = serde_json::to_vec(&cfg).map_err(|e| cleanup(e.to_string()))?;
-        std::fs::write(cfg.fleet_file(), json).map_err(|e| cleanup(e.to_string()))?;
+        let failed = |step| move |source| cleanup(StartError::Embedded { step, source });
+        let json = serde_json::to_vec(&cfg).map_err(|e| cleanup(StartError::EncodeFleet(e)))?;
+        std::fs::write(cfg.fleet_file(), json).map_err(failed(EmbeddedStep::WriteFleetFile))?;
         let listener = crate::server::bind_socket_in_private_dir(&cfg.socket_path(0))
-            .map_err(|e| cleanup(e.to_string()))?;
+            .map_err(failed(EmbeddedStep::Bind))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("memarts-embedded")
             .enable_all()
             .build()
-            .map_err(|e| cleanup(e.to_string()))?;
+            .map_err(failed(EmbeddedStep::Runtime))?;
         let (cache, _warning) = runtime.block_on(async { crate::build_cache(&cfg, 0) }).map_err(cleanup)?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
@@ -68,7 +71,7 @@ impl Embedded {
                     crate::serve(&cfg, 0, cache, listener, stop).await;
                 });
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|source| StartError::Embedded { step: EmbeddedStep::Thread, source })?;
         Ok(Embedded { owner: std::process::id(), run_dir, shutdown, thread: Some(thread) })
     }
 

@@ -11,9 +11,12 @@
 //!   request-sized deadlines and retries.
 //! - [`config`], [`lifecycle`], [`size`]: configuration, run dir / pid lock / readiness, byte sizes.
 //! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
+//! - [`StartError`] (in `start_error.rs`): why a slot could not be built or started.
 //!
-//! [`start`] builds a slot from a [`config::FleetConfig`] and serves it; the binary is a thin shell
-//! around it, and tests can call [`server::run`] directly with their own origin.
+//! [`build_cache`] builds a slot from a [`config::FleetConfig`] and [`serve`] serves it;
+//! [`lifecycle::main`] is the whole life of a proxy process, which the `memarts-proxy` binary (in
+//! the `memarts-ops` package, with the CLI that starts it) calls after parsing its arguments and
+//! setting up logging. Tests can call [`server::run`] directly with their own origin.
 
 pub mod budget;
 pub mod cache;
@@ -25,6 +28,7 @@ pub mod memarts_only;
 pub mod origin;
 pub mod server;
 pub mod size;
+mod start_error;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,14 +41,16 @@ use crate::config::FleetConfig;
 use crate::origin::Origin;
 use crate::server::ConnSettings;
 
+pub use crate::start_error::{EmbeddedStep, StartError};
+
 /// Entries the metadata cache of one slot holds at most.
 const META_CACHE_ENTRIES: usize = 1 << 20;
 
 /// Builds the cache of `slot` from the fleet config: I/O engine, chunk store, origin (credentials from
 /// the credentials file or the environment). Returns the cache and a warning to surface (e.g. the
 /// io_uring fallback reason).
-pub fn build_cache(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Cache>, Option<String>), String> {
-    let origin = Origin::from_env(cfg.origin.clone()).map_err(|e| e.to_string())?;
+pub fn build_cache(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Cache>, Option<String>), StartError> {
+    let origin = Origin::from_env(cfg.origin.clone())?;
     build_cache_with(cfg, slot, origin)
 }
 
@@ -53,18 +59,21 @@ pub fn build_cache_with(
     cfg: &FleetConfig,
     slot: u32,
     origin: Origin,
-) -> Result<(Arc<Cache>, Option<String>), String> {
+) -> Result<(Arc<Cache>, Option<String>), StartError> {
     let origin = if cfg.origin_log {
         let path = cfg.run_dir.join(format!("origin-{slot}.log"));
-        origin.with_request_log(&path).map_err(|e| format!("origin request log {}: {e}", path.display()))?
+        origin
+            .with_request_log(&path)
+            .map_err(|source| StartError::RequestLog { path: path.clone(), source })?
     } else {
         origin
     };
     let kind = cfg.engine_kind()?;
-    let (engine, fallback) = select_engine(kind).map_err(|e| format!("I/O engine {}: {e}", cfg.io_engine))?;
+    let (engine, fallback) = select_engine(kind)
+        .map_err(|source| StartError::IoEngine { engine: cfg.io_engine.clone(), source })?;
     let io_engine = engine.name();
-    let store = ChunkStore::open(&cfg.cache_dir, engine)
-        .map_err(|e| format!("cache dir {}: {e}", cfg.cache_dir.display()))?;
+    let cache_dir = |source| StartError::CacheDir { path: cfg.cache_dir.clone(), source };
+    let store = ChunkStore::open(&cfg.cache_dir, engine).map_err(cache_dir)?;
     let info = SlotInfo {
         slot,
         slots: cfg.slots,
@@ -77,10 +86,7 @@ pub fn build_cache_with(
     let only = if cfg.passthrough {
         None
     } else {
-        Some(
-            memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity)
-                .map_err(|e| format!("cache dir {}: {e}", cfg.cache_dir.display()))?,
-        )
+        Some(memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity).map_err(cache_dir)?)
     };
     let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
     Ok((cache, fallback.map(|why| format!("using the pread engine: {why}"))))

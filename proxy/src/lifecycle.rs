@@ -13,6 +13,8 @@ use std::path::Path;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
+use crate::StartError;
+
 /// The one JSON line a slot writes to its stdout when it is ready (or has failed to become so).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Readiness {
@@ -125,56 +127,53 @@ pub fn announce(readiness: &Readiness) {
     }
 }
 
-/// The whole life of a slot process: set up, announce readiness, serve, drain, exit.
+/// The whole life of a slot process: set up, announce readiness, serve, drain, exit. Logs through
+/// whatever `tracing` subscriber the binary installed.
 pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
     use std::process::ExitCode;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMARTS_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(io::stderr)
-        .init();
     let pid = std::process::id();
-    let fail = |error: String| {
+    let fail = |error: StartError| {
         tracing::error!("slot {slot} failed to start: {error}");
-        announce(&Readiness { slot, pid, ready: false, error: Some(error), io_engine: None, warning: None });
+        let error = Some(error.to_string());
+        announce(&Readiness { slot, pid, ready: false, error, io_engine: None, warning: None });
         ExitCode::FAILURE
     };
     let cfg = match crate::config::FleetConfig::load(fleet) {
         Ok(cfg) => cfg,
-        Err(e) => return fail(e),
+        Err(e) => return fail(e.into()),
     };
     if slot >= cfg.slots {
-        return fail(format!("slot {slot} is out of range for a fleet of {}", cfg.slots));
+        return fail(StartError::SlotOutOfRange { slot, slots: cfg.slots });
     }
-    if let Err(e) = ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids()) {
-        return fail(format!("run dir {}: {e}", cfg.run_dir.display()));
+    if let Err(source) = ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids()) {
+        return fail(StartError::RunDir { path: cfg.run_dir.clone(), source });
     }
-    let _lock = match lock_slot(&cfg.pid_path(slot)) {
+    let pid_path = cfg.pid_path(slot);
+    let _lock = match lock_slot(&pid_path) {
         Ok(lock) => lock,
-        Err(e) => return fail(e.to_string()),
+        Err(source) => return fail(StartError::SlotLock { path: pid_path, source }),
     };
     let socket = cfg.socket_path(slot);
     // Bound before any runtime thread exists: the umask dance in bind_socket is process-wide.
     let listener = match crate::server::bind_socket(&socket) {
         Ok(l) => l,
-        Err(e) => return fail(format!("bind {}: {e}", socket.display())),
+        Err(source) => return fail(StartError::Bind { path: socket, source }),
     };
     if cfg.serves_other_uids() {
         // Other uids need to connect; who gets past the connect is the peer-credential check's call.
-        if let Err(e) = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)) {
-            return fail(format!("opening {} to allowed_uids: {e}", socket.display()));
+        if let Err(source) = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)) {
+            return fail(StartError::ShareSocket { path: socket, source });
         }
     }
     // A node runs N slots; two workers each keep a slot responsive without N x cores threads.
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => return fail(format!("tokio runtime: {e}")),
+        Err(e) => return fail(StartError::Runtime(e)),
     };
     let code = runtime.block_on(async {
         let listener = match tokio::net::UnixListener::from_std(listener) {
             Ok(l) => l,
-            Err(e) => return fail(format!("listener: {e}")),
+            Err(e) => return fail(StartError::Listener(e)),
         };
         let (cache, warning) = match crate::build_cache(&cfg, slot) {
             Ok(c) => c,
@@ -186,7 +185,7 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         let io_engine = Some(cache.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
         if let Err(e) = watch_signals(shutdown.clone(), socket.clone()) {
-            return fail(format!("signal handlers: {e}"));
+            return fail(StartError::Signals(e));
         }
         tracing::info!("slot {slot}/{} ready on {} (pid {pid})", cfg.slots, socket.display());
         announce(&Readiness { slot, pid, ready: true, error: None, io_engine, warning });

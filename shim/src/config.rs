@@ -79,7 +79,7 @@ impl ShimConfig {
             cfg.deadline = Duration::from_secs_f64(secs);
         }
         if let Some(v) = get("MEMARTS_SPIN_US") {
-            cfg.spin = memarts_protocol::spin::parse_spin_us(&v).map_err(Error::Config)?;
+            cfg.spin = memarts_protocol::spin::parse_spin_us(&v).map_err(|e| Error::Config(e.to_string()))?;
         }
         if let Some(v) = get(crate::trust::TRUSTED_UIDS_VAR) {
             cfg.trusted_uids = crate::trust::parse_uids(&v)

@@ -200,7 +200,7 @@ fn down(scale: Scale) -> Row {
 }
 
 fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_seconds(t).to_string()
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn write_credentials(path: &std::path::Path, key: &str, expires: SystemTime) {

@@ -55,17 +55,23 @@ pub enum EngineKind {
     Pread,
 }
 
+/// A name that is none of the [`EngineKind`]s; the message lists those that are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread")]
+pub struct UnknownEngine {
+    /// The name as it was given.
+    pub text: String,
+}
+
 impl FromStr for EngineKind {
-    type Err = String;
+    type Err = UnknownEngine;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(EngineKind::Auto),
             "io_uring" | "io-uring" | "uring" => Ok(EngineKind::IoUring),
             "pread" => Ok(EngineKind::Pread),
-            _ => {
-                Err(format!("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread"))
-            }
+            _ => Err(UnknownEngine { text: text.to_string() }),
         }
     }
 }
@@ -153,6 +159,8 @@ mod tests {
         assert_eq!("URING".parse(), Ok(EngineKind::IoUring));
         assert_eq!("pread".parse(), Ok(EngineKind::Pread));
         let err = "mmap".parse::<EngineKind>().unwrap_err();
+        assert_eq!(err, UnknownEngine { text: "mmap".into() });
+        let err = err.to_string();
         assert!(err.contains("mmap") && err.contains("pread"), "{err}");
         for kind in [EngineKind::Auto, EngineKind::IoUring, EngineKind::Pread] {
             assert_eq!(kind.to_string().parse(), Ok(kind));

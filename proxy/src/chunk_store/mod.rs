@@ -26,7 +26,9 @@ mod conformance_store;
 #[cfg(test)]
 mod crash_tests;
 
-pub use engine::{select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, DEFAULT_URING_ENTRIES};
+pub use engine::{
+    select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, UnknownEngine, DEFAULT_URING_ENTRIES,
+};
 pub use format::{FormatError, Header};
 pub use key::{ChunkId, ChunkKey};
 pub use pread::PreadEngine;

@@ -65,8 +65,9 @@ pub enum Problem {
     Expired { at: SystemTime, reason: Option<String> },
 }
 
-fn fmt_time(t: SystemTime) -> humantime::Rfc3339Timestamp {
-    humantime::format_rfc3339_seconds(t)
+/// RFC 3339 in UTC to the second, e.g. `2024-08-20T00:00:00Z` (fractions are cut, not rounded).
+fn fmt_time(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 fn because(reason: &Option<String>) -> String {
@@ -341,7 +342,7 @@ fn parse(bytes: &[u8]) -> Result<Loaded, Problem> {
         // As in the OSS connector: no Expiration, or an empty one, never expires.
         None => None,
         Some(text) => {
-            // humantime reads only UTC (`Z`, `+00:00`); files written by hand carry local offsets.
+            // Files written by hand carry local offsets (`+08:00`), so not only `Z`.
             let at = chrono::DateTime::parse_from_rfc3339(&text).map_err(Problem::BadExpiration)?;
             Some(SystemTime::from(at))
         }
@@ -351,7 +352,7 @@ fn parse(bytes: &[u8]) -> Result<Loaded, Problem> {
 
 impl fmt::Debug for FileCredentialProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let expires = self.expires().map(|at| fmt_time(at).to_string());
+        let expires = self.expires().map(fmt_time);
         f.debug_struct("FileCredentialProvider")
             .field("path", &self.path)
             .field("expires", &expires)
@@ -380,7 +381,7 @@ mod tests {
     const TOKEN: &str = "TOKEN-e9800998ecf8427e";
 
     fn at(text: &str) -> SystemTime {
-        humantime::parse_rfc3339(text).unwrap()
+        chrono::DateTime::parse_from_rfc3339(text).unwrap().into()
     }
 
     /// A credentials file's text; `n` tells credentials apart.
@@ -489,12 +490,32 @@ mod tests {
         .unwrap();
         assert_eq!((empty.credential.token.clone(), empty.expires), (None, None));
 
-        // RFC 3339 with an offset and fractional seconds (humantime alone reads only UTC).
+        // RFC 3339 with an offset and fractional seconds.
         let offset = parse(
             br#"{"AccessKeyId": "id", "AccessKeySecret": "s", "Expiration": "2024-08-20T08:00:00.5+08:00"}"#,
         )
         .unwrap();
         assert_eq!(offset.expires, Some(at("2024-08-20T00:00:00Z") + Duration::from_millis(500)));
+    }
+
+    #[test]
+    fn an_expiration_with_an_offset_is_the_same_instant_and_times_print_in_utc() {
+        // 2024-08-20T00:00:00Z, counted without any date parser.
+        let instant = SystemTime::UNIX_EPOCH + Duration::from_secs(1_724_112_000);
+        for text in [
+            "2024-08-20T00:00:00Z",
+            "2024-08-20T08:00:00+08:00",
+            "2024-08-19T19:00:00-05:00",
+            "2024-08-20T00:00:00+00:00",
+        ] {
+            let loaded = parse(file_text(1, Some(text)).as_bytes()).unwrap();
+            assert_eq!(loaded.expires, Some(instant), "{text}");
+        }
+        assert_eq!(at("2024-08-20T08:00:00+08:00"), at("2024-08-20T00:00:00Z"));
+        // Messages and logs show whole seconds in UTC, the fraction cut off.
+        assert_eq!(fmt_time(instant), "2024-08-20T00:00:00Z");
+        assert_eq!(fmt_time(instant + Duration::from_millis(999)), "2024-08-20T00:00:00Z");
+        assert_eq!(describe_expiry(Some(instant)), "expiring at 2024-08-20T00:00:00Z");
     }
 
     #[test]

@@ -147,7 +147,9 @@ impl Client {
             Mode::Proxy => None,
             Mode::Embedded | Mode::Direct => {
                 let mut fleet = memarts_proxy::config::FleetConfig::default();
-                fleet.apply_env(|k| std::env::var(k).ok()).map_err(|e| to_py(py, Error::Config(e)))?;
+                fleet
+                    .apply_env(|k| std::env::var(k).ok())
+                    .map_err(|e| to_py(py, Error::Config(e.to_string())))?;
                 fleet.passthrough = mode == Mode::Direct;
                 let engine = py
                     .detach(|| memarts_proxy::embedded::Embedded::start(fleet))
