@@ -54,7 +54,7 @@ impl Embedded {
             .enable_all()
             .build()
             .map_err(failed(EmbeddedStep::Runtime))?;
-        let (cache, _warning) = runtime.block_on(async { crate::build_cache(&cfg, 0) }).map_err(cleanup)?;
+        let (engine, _warning) = runtime.block_on(async { crate::build_engine(&cfg, 0) }).map_err(cleanup)?;
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let thread = std::thread::Builder::new()
@@ -68,7 +68,7 @@ impl Embedded {
                             return;
                         }
                     };
-                    crate::serve(&cfg, 0, cache, listener, stop).await;
+                    crate::serve(&cfg, 0, engine, listener, stop).await;
                 });
             })
             .map_err(|source| StartError::Embedded { step: EmbeddedStep::Thread, source })?;

@@ -3,9 +3,12 @@
 //! Unix socket.
 //!
 //! Layout, along the data path:
-//! - [`server`]: bind, accept, peer-credential check, handshake, one task per connection, drain.
-//! - [`cache`]: metadata cache, chunk index (LRU within the slot's capacity share), single-flight
-//!   fills from the origin, eviction, background index rebuild.
+//! - [`server`]: bind, accept, peer-credential check, handshake, one task per connection, one
+//!   handler per request kind, drain.
+//! - [`engine`]: the slot's [`engine::Engine`]: metadata cache, chunk index (LRU within the slot's
+//!   capacity share), single-flight fills from the origin, eviction, background index rebuild,
+//!   uploads.
+//! - [`memarts_only`]: the store of memarts-only objects (`write_memarts`) and its on-disk format.
 //! - [`chunk_store`]: the on-disk chunk format and the io_uring / pread engines behind one trait.
 //! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
 //!   request-sized deadlines and retries.
@@ -13,16 +16,16 @@
 //! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
 //! - [`StartError`] (in `start_error.rs`): why a slot could not be built or started.
 //!
-//! [`build_cache`] builds a slot from a [`config::FleetConfig`] and [`serve`] serves it;
+//! [`build_engine`] builds a slot from a [`config::FleetConfig`] and [`serve`] serves it;
 //! [`lifecycle::main`] is the whole life of a proxy process, which the `memarts-proxy` binary (in
 //! the `memarts-ops` package, with the CLI that starts it) calls after parsing its arguments and
 //! setting up logging. Tests can call [`server::run`] directly with their own origin.
 
 pub mod budget;
-pub mod cache;
 pub mod chunk_store;
 pub mod config;
 pub mod embedded;
+pub mod engine;
 pub mod lifecycle;
 pub mod memarts_only;
 pub mod origin;
@@ -35,9 +38,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cache::{Cache, MetaCache, SlotInfo};
 use crate::chunk_store::{select_engine, ChunkStore};
 use crate::config::FleetConfig;
+use crate::engine::{Engine, MetaCache, SlotInfo};
 use crate::origin::Origin;
 use crate::server::ConnSettings;
 
@@ -46,20 +49,20 @@ pub use crate::start_error::{EmbeddedStep, StartError};
 /// Entries the metadata cache of one slot holds at most.
 const META_CACHE_ENTRIES: usize = 1 << 20;
 
-/// Builds the cache of `slot` from the fleet config: I/O engine, chunk store, origin (credentials from
-/// the credentials file or the environment). Returns the cache and a warning to surface (e.g. the
-/// io_uring fallback reason).
-pub fn build_cache(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Cache>, Option<String>), StartError> {
+/// Builds the engine of `slot` from the fleet config: I/O engine, chunk store, origin (credentials
+/// from the credentials file or the environment). Returns the engine and a warning to surface (e.g.
+/// the io_uring fallback reason).
+pub fn build_engine(cfg: &FleetConfig, slot: u32) -> Result<(Arc<Engine>, Option<String>), StartError> {
     let origin = Origin::from_env(cfg.origin.clone())?;
-    build_cache_with(cfg, slot, origin)
+    build_engine_with(cfg, slot, origin)
 }
 
-/// [`build_cache`] with a given origin (tests inject `InMemory` or fault-injecting stores).
-pub fn build_cache_with(
+/// [`build_engine`] with a given origin (tests inject `InMemory` or fault-injecting stores).
+pub fn build_engine_with(
     cfg: &FleetConfig,
     slot: u32,
     origin: Origin,
-) -> Result<(Arc<Cache>, Option<String>), StartError> {
+) -> Result<(Arc<Engine>, Option<String>), StartError> {
     let origin = if cfg.origin_log {
         let path = cfg.run_dir.join(format!("origin-{slot}.log"));
         origin
@@ -69,11 +72,11 @@ pub fn build_cache_with(
         origin
     };
     let kind = cfg.engine_kind()?;
-    let (engine, fallback) = select_engine(kind)
+    let (io, fallback) = select_engine(kind)
         .map_err(|source| StartError::IoEngine { engine: cfg.io_engine.clone(), source })?;
-    let io_engine = engine.name();
+    let io_engine = io.name();
     let cache_dir = |source| StartError::CacheDir { path: cfg.cache_dir.clone(), source };
-    let store = ChunkStore::open(&cfg.cache_dir, engine).map_err(cache_dir)?;
+    let store = ChunkStore::open(&cfg.cache_dir, io).map_err(cache_dir)?;
     let info = SlotInfo {
         slot,
         slots: cfg.slots,
@@ -88,8 +91,8 @@ pub fn build_cache_with(
     } else {
         Some(memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity).map_err(cache_dir)?)
     };
-    let cache = Cache::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
-    Ok((cache, fallback.map(|why| format!("using the pread engine: {why}"))))
+    let engine = Engine::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
+    Ok((engine, fallback.map(|why| format!("using the pread engine: {why}"))))
 }
 
 /// Connection settings of `slot` from the fleet config.
@@ -106,19 +109,19 @@ pub fn conn_settings(cfg: &FleetConfig, slot: u32) -> ConnSettings {
     }
 }
 
-/// Serves a built cache on `listener` until `shutdown`; starts the background index rebuild first.
+/// Serves a built engine on `listener` until `shutdown`; starts the background index rebuild first.
 pub async fn serve(
     cfg: &FleetConfig,
     slot: u32,
-    cache: Arc<Cache>,
+    engine: Arc<Engine>,
     listener: tokio::net::UnixListener,
     shutdown: CancellationToken,
 ) {
-    cache.load_meta_snapshot();
-    cache.start_rebuild();
+    engine.load_meta_snapshot();
+    engine.start_rebuild();
     let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);
     server::run(
-        cache.clone(),
+        engine.clone(),
         conn_settings(cfg, slot),
         listener,
         cfg.max_connections as usize,
@@ -126,6 +129,6 @@ pub async fn serve(
         shutdown,
     )
     .await;
-    cache.wait_idle(drain).await;
-    cache.save_meta_snapshot();
+    engine.wait_idle(drain).await;
+    engine.save_meta_snapshot();
 }

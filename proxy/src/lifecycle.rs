@@ -175,21 +175,21 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
             Ok(l) => l,
             Err(e) => return fail(StartError::Listener(e)),
         };
-        let (cache, warning) = match crate::build_cache(&cfg, slot) {
+        let (engine, warning) = match crate::build_engine(&cfg, slot) {
             Ok(c) => c,
             Err(e) => return fail(e),
         };
         if let Some(w) = &warning {
             tracing::warn!("{w}");
         }
-        let io_engine = Some(cache.status().io_engine);
+        let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
         if let Err(e) = watch_signals(shutdown.clone(), socket.clone()) {
             return fail(StartError::Signals(e));
         }
         tracing::info!("slot {slot}/{} ready on {} (pid {pid})", cfg.slots, socket.display());
         announce(&Readiness { slot, pid, ready: true, error: None, io_engine, warning });
-        crate::serve(&cfg, slot, cache, listener, shutdown).await;
+        crate::serve(&cfg, slot, engine, listener, shutdown).await;
         ExitCode::SUCCESS
     });
     let _ = std::fs::remove_file(&socket);

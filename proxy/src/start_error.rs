@@ -123,7 +123,7 @@ mod tests {
 
     fn build(cfg: &FleetConfig) -> StartError {
         let origin = Origin::new(cfg.origin.clone(), None);
-        crate::build_cache_with(cfg, 0, origin).err().expect("an error")
+        crate::build_engine_with(cfg, 0, origin).err().expect("an error")
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The origin promises (docs/RELIABILITY.md: O1, O3, I3, I4, A5) under injected faults: first at the
-//! [`Origin`], then one level up at the [`Cache`](crate::cache::Cache). Every test asserts how many
+//! [`Origin`], then one level up at the [`Engine`](crate::engine::Engine). Every test asserts how many
 //! requests reached the store, so a fault that was not applied, or a check that was skipped, fails it.
 
 use std::os::unix::fs::FileExt;
@@ -15,8 +15,8 @@ use object_store::ObjectStore;
 
 use super::faulty::{Fault, FaultyStore};
 use super::{Origin, OriginError};
-use crate::cache::{Cache, ChunkOutcome};
 use crate::config::{FleetConfig, OriginConfig};
+use crate::engine::{ChunkOutcome, Engine};
 
 const URL: &str = "s3://b/data/object.bin";
 const CHUNK: u64 = memarts_protocol::MIN_CHUNK_SIZE;
@@ -188,7 +188,7 @@ async fn head_under_a_burst_of_503s_returns_the_right_size_and_etag() {
 
 // One level up: the cache over a faulty origin.
 
-async fn cache_over(store: &Arc<FaultyStore>, dir: &std::path::Path) -> Arc<Cache> {
+async fn cache_over(store: &Arc<FaultyStore>, dir: &std::path::Path) -> Arc<Engine> {
     let cfg = FleetConfig {
         run_dir: dir.join("run"),
         cache_dir: dir.join("cache"),
@@ -198,7 +198,7 @@ async fn cache_over(store: &Arc<FaultyStore>, dir: &std::path::Path) -> Arc<Cach
         ..FleetConfig::default()
     };
     let origin = Origin::new(cfg.origin.clone(), None).with_bucket_store("b", store.clone());
-    crate::build_cache_with(&cfg, 0, origin).unwrap().0
+    crate::build_engine_with(&cfg, 0, origin).unwrap().0
 }
 
 fn chunk(etag: &str, size: u64, index: u64) -> ChunkRequest {

@@ -19,7 +19,7 @@ use super::handshake::handshake;
 use super::local_access::LocalAccess;
 use super::reply::send;
 use crate::budget::{Held, MemoryBudget};
-use crate::cache::Cache;
+use crate::engine::Engine;
 
 /// Settings every connection of a slot shares.
 #[derive(Debug, Clone)]
@@ -52,28 +52,28 @@ pub(super) enum ConnError {
 
 pub async fn serve(
     mut stream: UnixStream,
-    cache: Arc<Cache>,
+    engine: Arc<Engine>,
     settings: Arc<ConnSettings>,
     drain: CancellationToken,
 ) {
-    cache.stats.connections.fetch_add(1, Ordering::Relaxed);
+    engine.stats.connections.fetch_add(1, Ordering::Relaxed);
     let mut session = Session { uid: u32::MAX, upload: None };
-    if let Err(e) = serve_inner(&mut stream, &cache, &settings, &drain, &mut session).await {
+    if let Err(e) = serve_inner(&mut stream, &engine, &settings, &drain, &mut session).await {
         tracing::debug!("connection closed: {e}");
     }
     // A client that left in the middle of an upload leaves nothing visible at the origin.
     session.abandon_upload().await;
-    cache.stats.connections.fetch_sub(1, Ordering::Relaxed);
+    engine.stats.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
 async fn serve_inner(
     stream: &mut UnixStream,
-    cache: &Arc<Cache>,
+    engine: &Arc<Engine>,
     settings: &ConnSettings,
     drain: &CancellationToken,
     session: &mut Session,
 ) -> Result<(), ConnError> {
-    session.uid = handshake(stream, settings, cache.budget()).await?;
+    session.uid = handshake(stream, settings, engine.budget()).await?;
     let mut spinner = Spinner::new(settings.spin);
     loop {
         // A client reading back to back sends its next request within microseconds: poll for it
@@ -93,13 +93,13 @@ async fn serve_inner(
             return Ok(());
         }
         // `_held`: the payload's share of the slot's memory budget, given back after the request.
-        let (request, payload, _held) = match read_request(stream, settings, cache.budget()).await {
+        let (request, payload, _held) = match read_request(stream, settings, engine.budget()).await {
             Ok(r) => r,
             Err(ConnError::Frame(FrameError::Closed)) => return Ok(()),
             Err(e) => return Err(e),
         };
-        cache.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let cx = Ctx { stream: &mut *stream, engine: cache, settings, session: &mut *session };
+        engine.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let cx = Ctx { stream: &mut *stream, engine, settings, session: &mut *session };
         dispatch(cx, request, payload).await?;
     }
 }

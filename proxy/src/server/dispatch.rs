@@ -12,7 +12,7 @@ use tokio::net::UnixStream;
 
 use super::conn::{refuse, ConnError, ConnSettings};
 use super::reply::{chunk_parts, send, send_chunk, send_with};
-use crate::cache::{Cache, Upload};
+use crate::engine::{Engine, Upload};
 
 /// What a connection holds between requests.
 pub(super) struct Session {
@@ -33,7 +33,7 @@ impl Session {
 /// The connection a request came on, with what it needs to answer.
 pub(super) struct Ctx<'a> {
     pub stream: &'a mut UnixStream,
-    pub engine: &'a Arc<Cache>,
+    pub engine: &'a Arc<Engine>,
     pub settings: &'a ConnSettings,
     pub session: &'a mut Session,
 }

@@ -29,7 +29,7 @@ use tokio_util::task::TaskTracker;
 pub use conn::ConnSettings;
 pub use local_access::{LocalAccess, LocalUse};
 
-use crate::cache::Cache;
+use crate::engine::Engine;
 
 /// Binds a Unix socket that is 0600 from the moment it exists (umask around `bind`). A stale socket
 /// file at `path` is removed first: the caller holds the slot's pid-file lock, so no live proxy owns it.
@@ -60,7 +60,7 @@ pub fn bind_socket_in_private_dir(path: &Path) -> io::Result<StdUnixListener> {
 /// Serves `listener` until `shutdown` is cancelled, then lets in-flight requests finish for up to
 /// `drain_timeout`. Never returns an error for anything a client does.
 pub async fn run(
-    cache: Arc<Cache>,
+    engine: Arc<Engine>,
     settings: ConnSettings,
     listener: UnixListener,
     max_connections: usize,
@@ -93,9 +93,9 @@ pub async fn run(
             });
             continue;
         };
-        let (cache, settings, drain) = (cache.clone(), settings.clone(), shutdown.clone());
+        let (engine, settings, drain) = (engine.clone(), settings.clone(), shutdown.clone());
         tracker.spawn(async move {
-            conn::serve(stream, cache, settings, drain).await;
+            conn::serve(stream, engine, settings, drain).await;
             drop(permit);
         });
     }

@@ -10,7 +10,7 @@ use tokio::net::UnixStream;
 
 use super::conn::{ConnError, ConnSettings};
 use super::fdpass::send_with_fds;
-use crate::cache::ChunkOutcome;
+use crate::engine::ChunkOutcome;
 
 /// A chunk outcome as it goes on the wire: its reply, the descriptor passed with it (large hits),
 /// or its bytes as payload (small hits and misses).

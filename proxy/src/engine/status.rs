@@ -4,9 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use memarts_protocol::SlotStatus;
 
-use super::Cache;
+use super::Engine;
 
-impl Cache {
+impl Engine {
     pub fn status(&self) -> SlotStatus {
         let index = self.index();
         let s = &self.stats;

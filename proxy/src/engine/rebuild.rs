@@ -9,9 +9,9 @@ use std::time::Instant;
 
 use memarts_protocol::owner_slot;
 
-use super::Cache;
+use super::Engine;
 
-impl Cache {
+impl Engine {
     /// Starts the rebuild on the runtime; `memarts status` shows `index_ready` once it is done.
     pub fn start_rebuild(self: &Arc<Self>) {
         let this = self.clone();

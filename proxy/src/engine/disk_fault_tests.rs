@@ -14,7 +14,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use super::{Cache, ChunkOutcome, MetaCache, SlotInfo};
+use super::{ChunkOutcome, Engine, MetaCache, SlotInfo};
 use crate::chunk_store::{BoxFuture, ChunkStore, IoEngine, PreadEngine};
 use crate::config::OriginConfig;
 use crate::origin::Origin;
@@ -74,7 +74,7 @@ fn object() -> Bytes {
 }
 
 /// A slot over `disk` whose origin holds [`object`] at `s3://b/o`.
-async fn slot_over(disk: &Arc<FailingDisk>, dir: &std::path::Path) -> Arc<Cache> {
+async fn slot_over(disk: &Arc<FailingDisk>, dir: &std::path::Path) -> Arc<Engine> {
     let origin_store = Arc::new(InMemory::new());
     origin_store.put(&Path::from("o"), object().into()).await.unwrap();
     let origin = Origin::new(OriginConfig { max_attempts: 1, ..OriginConfig::default() }, None)
@@ -89,14 +89,14 @@ async fn slot_over(disk: &Arc<FailingDisk>, dir: &std::path::Path) -> Arc<Cache>
         passthrough: false,
         memory_budget: crate::budget::DEFAULT_BYTES,
     };
-    let cache = Cache::new(info, origin, store, MetaCache::new(Duration::from_secs(60), 1000), None);
+    let cache = Engine::new(info, origin, store, MetaCache::new(Duration::from_secs(60), 1000), None);
     cache.start_rebuild();
     cache
 }
 
 /// Reads the whole object through `cache` as a shim does: the first chunk with the metadata, then the
 /// others. Returns the bytes and how many chunks were hits.
-async fn read_all(cache: &Arc<Cache>) -> (Vec<u8>, u64) {
+async fn read_all(cache: &Arc<Engine>) -> (Vec<u8>, u64) {
     let first = FirstRequest { url: "s3://b/o".into(), chunk_size: CHUNK, refresh: false };
     let (meta, outcome) = cache.read_first(&first).await.expect("the first chunk");
     let mut out = Vec::new();

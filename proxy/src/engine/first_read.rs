@@ -10,7 +10,7 @@ use memarts_protocol::{
     MIN_CHUNK_SIZE,
 };
 
-use super::{parse_url, Cache, ChunkOutcome, Fetched};
+use super::{parse_url, ChunkOutcome, Engine, Fetched};
 use crate::chunk_store::ChunkKey;
 
 /// The flight of the cold first read of `url` at `chunk_size` (metadata and chunk 0 in one GET).
@@ -18,7 +18,7 @@ pub(super) fn first_flight(url: &ObjectUrl, chunk_size: u64) -> u128 {
     xxhash_rust::xxh3::xxh3_128(format!("{url}\0{chunk_size}").as_bytes())
 }
 
-impl Cache {
+impl Engine {
     /// Metadata of `req.url` and its chunk 0 (none for an empty object), in one request: the shim
     /// sends it to the owner of chunk 0, so the chunk is filled by the same single flight as a
     /// `ReadChunk` of it would be.

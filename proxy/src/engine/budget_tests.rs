@@ -35,7 +35,7 @@ async fn misses_of_many_chunks_at_once_hold_no_more_than_the_memory_budget() {
         ..FleetConfig::default()
     };
     let origin = Origin::new(cfg.origin.clone(), None).with_bucket_store("b", store.clone());
-    let cache = crate::build_cache_with(&cfg, 0, origin).unwrap().0;
+    let cache = crate::build_engine_with(&cfg, 0, origin).unwrap().0;
     cache.start_rebuild();
     // Every GET is held long enough for all the readers to line up behind the budget.
     store.script((0..CHUNKS).map(|_| Fault::Stall(Duration::from_millis(400))));

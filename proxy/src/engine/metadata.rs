@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
-use super::{parse_url, Cache};
+use super::{parse_url, Engine};
 
-impl Cache {
+impl Engine {
     /// Metadata of `url`, from the metadata cache while fresh, else from the origin.
     /// Concurrent misses of one URL share one HEAD request (single-flight, as chunk fills do).
     pub async fn stat(self: &Arc<Self>, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {

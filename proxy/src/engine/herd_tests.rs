@@ -11,7 +11,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;
 
-use super::{Cache, ChunkOutcome};
+use super::{ChunkOutcome, Engine};
 use crate::config::{FleetConfig, OriginConfig};
 use crate::origin::faulty::{Fault, FaultyStore};
 use crate::origin::Origin;
@@ -23,7 +23,7 @@ fn object() -> Bytes {
 }
 
 /// A slot (its index not rebuilt yet) over a counting origin holding [`object`] at `s3://b/o`.
-async fn slot(dir: &std::path::Path) -> (Arc<FaultyStore>, Arc<Cache>) {
+async fn slot(dir: &std::path::Path) -> (Arc<FaultyStore>, Arc<Engine>) {
     let store = Arc::new(FaultyStore::new(Arc::new(InMemory::new())));
     store.inner().put(&Path::from("o"), object().into()).await.unwrap();
     let cfg = FleetConfig {
@@ -40,10 +40,10 @@ async fn slot(dir: &std::path::Path) -> (Arc<FaultyStore>, Arc<Cache>) {
         ..FleetConfig::default()
     };
     let origin = Origin::new(cfg.origin.clone(), None).with_bucket_store("b", store.clone());
-    (store, crate::build_cache_with(&cfg, 0, origin).unwrap().0)
+    (store, crate::build_engine_with(&cfg, 0, origin).unwrap().0)
 }
 
-async fn first(cache: &Arc<Cache>) -> Bytes {
+async fn first(cache: &Arc<Engine>) -> Bytes {
     let req = FirstRequest { url: "s3://b/o".into(), chunk_size: CHUNK, refresh: false };
     match cache.read_first(&req).await.unwrap().1.unwrap() {
         ChunkOutcome::Bytes { data, .. } => data,

@@ -10,11 +10,11 @@ use bytes::Bytes;
 use memarts_protocol::{ChunkRequest, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
 use super::first_read::first_flight;
-use super::{bad_request, parse_url, Cache, ChunkOutcome, Fetched, INLINE_MAX};
+use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, INLINE_MAX};
 use crate::chunk_store::format::{data_offset_for, round_up};
 use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
 
-impl Cache {
+impl Engine {
     /// Reads one chunk: a hit from disk or a single-flight fill from the origin.
     pub async fn read_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<ChunkOutcome, WireError> {
         if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {

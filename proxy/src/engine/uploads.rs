@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use memarts_protocol::{Crc32c, ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
-use super::{parse_url, Cache};
+use super::{parse_url, Engine};
 use crate::memarts_only::{wire_error, OnlyStore, Writer, MEMARTS_ONLY_ETAG};
 
 /// Bytes per multipart part sent to the origin.
@@ -40,7 +40,7 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-impl Cache {
+impl Engine {
     /// Starts writing a new version of `url` at the origin.
     pub async fn start_upload(&self, url: &str) -> Result<Upload, WireError> {
         let url = parse_url(url)?;

@@ -5,7 +5,7 @@
 //! many readers wait for it; the bytes go to every waiter and then to disk). A chunk that fails a
 //! check is dropped, counted, and fetched again: bad bytes are never served.
 //!
-//! Layout (each file adds its part of `impl Cache`):
+//! Layout (each file adds its part of `impl Engine`):
 //! - this file: the slot's state, its counters and what a read hands to the server;
 //! - `metadata.rs`: object metadata (stat with single-flight HEADs, the stale fallback when the
 //!   origin is down, snapshots kept across graceful restarts);
@@ -123,7 +123,7 @@ pub struct SlotInfo {
     pub memory_budget: u64,
 }
 
-pub struct Cache {
+pub struct Engine {
     info: SlotInfo,
     origin: Arc<Origin>,
     store: Arc<ChunkStore>,
@@ -151,16 +151,16 @@ fn parse_url(url: &str) -> Result<ObjectUrl, WireError> {
     ObjectUrl::parse(url).map_err(|e| bad_request(e.to_string()))
 }
 
-impl Cache {
+impl Engine {
     pub fn new(
         info: SlotInfo,
         origin: Origin,
         store: ChunkStore,
         meta: MetaCache,
         only: Option<OnlyStore>,
-    ) -> Arc<Cache> {
+    ) -> Arc<Engine> {
         let budget = info.memory_budget;
-        Arc::new(Cache {
+        Arc::new(Engine {
             info,
             only: only.map(Arc::new),
             origin: Arc::new(origin),
