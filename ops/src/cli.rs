@@ -83,8 +83,8 @@ pub struct CpArgs {
     #[arg(short, long)]
     pub recursive: bool,
     /// Objects copied at once [default: MOX_COPY_PARALLEL_THREADS, else 16]
-    #[arg(long, env = "MOX_COPY_PARALLEL_THREADS", default_value_t = 16)]
-    pub threads: usize,
+    #[arg(long)]
+    pub threads: Option<usize>,
 }
 
 #[derive(Args, Debug)]

@@ -1,4 +1,5 @@
-//! Data commands: `cat` and `stat`, through the fleet when one runs, else straight from the origin.
+//! Data commands: `cat` and `stat`, through the fleet when one runs, else straight from the origin
+//! (see `access.rs`).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -18,7 +19,7 @@ pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut offset = 0;
     while offset < meta.size {
-        let n = access.read_at(&args.url, &meta, offset, &mut buf).with_context(|| args.url.clone())?;
+        let n = access.read_at(&args.url, &meta, offset, &mut buf[..]).with_context(|| args.url.clone())?;
         if n == 0 {
             anyhow::bail!("{}: object ended at {offset} of {} bytes", args.url, meta.size);
         }

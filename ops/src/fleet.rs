@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use memarts_proxy::config::FleetConfig;
 use memarts_proxy::lifecycle::{check_own_dir, ensure_run_dir, Readiness};
 use memarts_proxy::origin::FileCredentialProvider;
-use memarts_proxy::size::{format_size, parse_size};
+use memarts_settings::size::{format_size, parse_size};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -421,8 +421,8 @@ fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {
 
 /// `MEMARTS_PROXY_BIN`, else `memarts-proxy` next to this executable, else on `PATH`.
 fn proxy_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("MEMARTS_PROXY_BIN").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
+    if let Some(p) = memarts_settings::Settings::from_env()?.proxy_bin {
+        return Ok(p);
     }
     if let Ok(me) = std::env::current_exe() {
         let sibling = me.with_file_name("memarts-proxy");

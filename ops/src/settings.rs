@@ -1,20 +1,19 @@
-//! Resolving the fleet config: flag > environment > config file > default.
+//! Resolving the fleet config: flag > environment (parsed by `memarts_settings`) > config file >
+//! default; and the client settings of the commands that talk to a fleet.
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use memarts_proxy::config::FleetConfig;
-use memarts_shim::trust::TRUSTED_UIDS_VAR;
+use memarts_settings::Settings;
 use memarts_shim::ShimConfig;
 
 use crate::cli::Common;
 
 /// Defaults, then the config file (`--config` or `MEMARTS_CONFIG`), then the environment, then `--run-dir`.
 pub fn resolve(common: &Common) -> Result<FleetConfig> {
-    let file = common
-        .config
-        .clone()
-        .or_else(|| std::env::var_os("MEMARTS_CONFIG").filter(|v| !v.is_empty()).map(PathBuf::from));
+    let settings = Settings::from_env()?;
+    let file = common.config.clone().or_else(|| settings.config.clone());
     let mut cfg = match &file {
         Some(path) => {
             let text =
@@ -23,7 +22,7 @@ pub fn resolve(common: &Common) -> Result<FleetConfig> {
         }
         None => FleetConfig::default(),
     };
-    cfg.apply_env(|k| std::env::var(k).ok())?;
+    cfg.apply_settings(&settings);
     if let Some(dir) = &common.run_dir {
         cfg.run_dir = dir.clone();
     }
@@ -36,13 +35,11 @@ pub fn resolve(common: &Common) -> Result<FleetConfig> {
 
 /// The shim settings of the commands that talk to the fleet: the environment's, with `cfg`'s run
 /// dir, and its `trusted_uids` unless `MEMARTS_TRUSTED_UIDS` is set (environment over config file).
-pub fn shim_config(cfg: &FleetConfig) -> Result<ShimConfig> {
-    let mut shim = ShimConfig::from_env()?;
+pub fn shim_config(settings: &Settings, cfg: &FleetConfig) -> ShimConfig {
+    let mut shim = ShimConfig::from_settings(settings);
     shim.run_dir = cfg.run_dir.clone();
-    if std::env::var_os(TRUSTED_UIDS_VAR).is_none_or(|v| v.is_empty()) {
-        shim.trusted_uids = cfg.trusted_uids.clone();
-    }
-    Ok(shim)
+    shim.trusted_uids = settings.trusted_uids.clone().unwrap_or_else(|| cfg.trusted_uids.clone());
+    shim
 }
 
 pub fn absolute(p: PathBuf) -> Result<PathBuf> {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use memarts_proxy::size::format_size;
+use memarts_settings::size::format_size;
 use memarts_shim::Client;
 use serde_json::{json, Value};
 
@@ -13,22 +13,23 @@ use crate::settings::resolve;
 
 pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     let cfg = resolve(common)?;
-    let client = match Client::new(crate::settings::shim_config(&cfg)?) {
-        Ok(c) => c,
-        // Not "no fleet": one runs there, and it is refused.
-        Err(e @ memarts_shim::Error::Untrusted(_)) => return Err(e.into()),
-        Err(e) => {
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"run_dir": cfg.run_dir, "running": false, "slots": [], "error": e.to_string()})
-                );
-            } else {
-                println!("memarts: no fleet running in {} ({e})", cfg.run_dir.display());
+    let client =
+        match Client::new(crate::settings::shim_config(&memarts_settings::Settings::from_env()?, &cfg)) {
+            Ok(c) => c,
+            // Not "no fleet": one runs there, and it is refused.
+            Err(e @ memarts_shim::Error::Untrusted(_)) => return Err(e.into()),
+            Err(e) => {
+                if args.json {
+                    println!(
+                        "{}",
+                        json!({"run_dir": cfg.run_dir, "running": false, "slots": [], "error": e.to_string()})
+                    );
+                } else {
+                    println!("memarts: no fleet running in {} ({e})", cfg.run_dir.display());
+                }
+                return Ok(ExitCode::FAILURE);
             }
-            return Ok(ExitCode::FAILURE);
-        }
-    };
+        };
     let mut slots = Vec::new();
     let mut all_alive = true;
     for (slot, res) in client.status(Duration::from_secs(3)) {

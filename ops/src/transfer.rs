@@ -12,7 +12,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use memarts_protocol::ObjectMeta;
 use memarts_shim::local_file::write_atomically;
 
-use crate::access::{access, Access};
+use memarts_shim::mode::{Mode, Session};
+
+use crate::access::access;
 use crate::cli::{Common, CpArgs, LsArgs, PutArgs};
 
 /// Bytes read per step of one copy.
@@ -82,7 +84,7 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
         vec![(args.src.clone(), target, meta.size)]
     };
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
-    let failures = run_jobs(args.threads, &jobs, |(src, dst, _)| {
+    let failures = run_jobs(threads(args)?, &jobs, |(src, dst, _)| {
         copy_one(&access, src, dst, &bar).map_err(|e| format!("{src}: {e:#}"))
     });
     bar.finish_and_clear();
@@ -92,15 +94,15 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
 pub fn put(common: &Common, args: &PutArgs) -> Result<ExitCode> {
     let access = access(common)?;
     let size = if args.memarts_only {
-        let Access::Fleet(client) = &access else {
+        if access.mode() != Mode::Proxy {
             bail!(
                 "--memarts-only needs a running fleet (memarts start_proxy N): the cache holds the only copy"
             );
-        };
+        }
         let data = std::fs::read(&args.file).with_context(|| args.file.display().to_string())?;
-        client.put_memarts_bytes(&args.url, &data)?.size
+        access.put_memarts_bytes(&args.url, &data)?.size
     } else {
-        access.put_file(&args.url, &args.file)?
+        access.put_file(&args.url, &args.file)?.size
     };
     eprintln!(
         "memarts: stored {} ({size} bytes{})",
@@ -143,11 +145,19 @@ fn upload(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     };
     let access = access(common)?;
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
-    let failures = run_jobs(args.threads, &jobs, |(src, dst, len)| {
+    let failures = run_jobs(threads(args)?, &jobs, |(src, dst, len)| {
         access.put_file(dst, src).map(|_| bar.inc(*len)).map_err(|e| format!("{}: {e:#}", src.display()))
     });
     bar.finish_and_clear();
     report(failures, jobs.len())
+}
+
+/// Objects copied at once: `--threads`, else `MOX_COPY_PARALLEL_THREADS`, else 16.
+fn threads(args: &CpArgs) -> Result<usize> {
+    Ok(match args.threads {
+        Some(n) => n,
+        None => memarts_settings::Settings::from_env()?.parallel,
+    })
 }
 
 /// Runs `job` over every element of `jobs` on up to `threads` threads; returns the failures.
@@ -182,7 +192,7 @@ fn report(failures: Vec<String>, total: usize) -> Result<ExitCode> {
 }
 
 /// One object (or local file) to `dst`, via a temp file renamed into place.
-fn copy_one(access: &Access, src: &str, dst: &Path, bar: &ProgressBar) -> Result<()> {
+fn copy_one(access: &Session, src: &str, dst: &Path, bar: &ProgressBar) -> Result<()> {
     if let Some(parent) = dst.parent() {
         std::fs::create_dir_all(parent).with_context(|| parent.display().to_string())?;
     }
@@ -192,7 +202,7 @@ fn copy_one(access: &Access, src: &str, dst: &Path, bar: &ProgressBar) -> Result
         let mut buf = vec![0u8; WINDOW.min(meta.size as usize).max(1)];
         let mut offset = 0;
         while offset < meta.size {
-            let n = access.read_at(src, &meta, offset, &mut buf)?;
+            let n = access.read_at(src, &meta, offset, &mut buf[..])?;
             if n == 0 {
                 bail!("object ended at {offset} of {} bytes", meta.size);
             }

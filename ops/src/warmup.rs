@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use memarts_proxy::size::format_size;
+use memarts_settings::size::format_size;
 use memarts_shim::{fleet_running, Client};
 
 use crate::cli::{Common, WarmupArgs};
@@ -60,7 +60,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
             cfg.run_dir.display()
         );
     }
-    let client = Client::new(crate::settings::shim_config(&cfg)?)?;
+    let client = Client::new(crate::settings::shim_config(&memarts_settings::Settings::from_env()?, &cfg))?;
     let listed = Instant::now();
     let objects: Vec<_> = client.list(&args.url_prefix, true)?.into_iter().filter(|e| !e.is_dir).collect();
     let total: u64 = objects.iter().map(|e| e.size).sum();
@@ -73,7 +73,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
     );
     let limit = match &args.max_rate {
         Some(rate) => {
-            let per_sec = memarts_proxy::size::parse_size(rate).context("--max-rate")?;
+            let per_sec = memarts_settings::size::parse_size(rate).context("--max-rate")?;
             if per_sec == 0 {
                 bail!("--max-rate must be more than 0 bytes per second");
             }

@@ -5,7 +5,7 @@
 //! it: it may name a credentials file (`origin.credentials_file`), which each proxy reads and re-reads
 //! itself; otherwise proxies take them from the standard `AWS_*` environment they inherit. Library
 //! code receives this typed struct and never reads argv or the environment itself, except through
-//! [`FleetConfig::apply_env`]. Errors are a [`ConfigError`] naming the setting (`config/error.rs`).
+//! [`FleetConfig::apply_settings`] (the environment's values, parsed by `memarts_settings`). Errors are a [`ConfigError`] naming the setting (`config/error.rs`).
 
 mod error;
 
@@ -15,10 +15,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ConfigError, ValueError};
-pub use memarts_protocol::layout::{default_run_dir, fleet_file, socket_path};
+pub use memarts_protocol::layout::{fleet_file, socket_path};
 
 use crate::chunk_store::EngineKind;
-use crate::size::parse_size;
+use memarts_settings::size::parse_size;
+use memarts_settings::Settings;
 
 /// Everything a fleet of proxies shares.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,11 +128,13 @@ impl Default for OriginConfig {
 }
 
 impl Default for FleetConfig {
+    /// Every field's default; the run dir and cache dir follow the XDG variables.
     fn default() -> Self {
+        let env = |k: &str| std::env::var(k).ok();
         FleetConfig {
             slots: 1,
-            run_dir: default_run_dir(),
-            cache_dir: default_cache_dir(),
+            run_dir: memarts_settings::defaults::run_dir(&env),
+            cache_dir: memarts_settings::defaults::cache_dir(&env),
             capacity: None,
             memarts_only_capacity: None,
             io_engine: "auto".into(),
@@ -152,66 +155,35 @@ impl Default for FleetConfig {
     }
 }
 
-/// `$XDG_CACHE_HOME/memarts`, else `~/.cache/memarts`, else `/tmp/memarts-cache-<uid>`.
-pub fn default_cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return Path::new(&dir).join("memarts");
-    }
-    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        return Path::new(&home).join(".cache/memarts");
-    }
-    PathBuf::from(format!("/tmp/memarts-cache-{}", nix::unistd::getuid()))
-}
-
 impl FleetConfig {
-    /// Applies the environment variables this config knows, through `get` (so tests pass a map).
-    /// A malformed value is an error naming the variable, never a silent default.
-    pub fn apply_env(&mut self, get: impl Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
-        if let Some(v) = get("MEMARTS_RUN_DIR").filter(|v| !v.is_empty()) {
-            self.run_dir = v.into();
+    /// Applies what the environment sets (it takes precedence over the config file and the
+    /// defaults; flags on the command line are applied after).
+    pub fn apply_settings(&mut self, env: &Settings) {
+        set(&mut self.run_dir, &env.run_dir);
+        set(&mut self.cache_dir, &env.cache_dir);
+        if env.cache_capacity.is_some() {
+            self.capacity = env.cache_capacity;
         }
-        if let Some(v) = get("MEMARTS_CACHE_DIR").filter(|v| !v.is_empty()) {
-            self.cache_dir = v.into();
+        if env.only_capacity.is_some() {
+            self.memarts_only_capacity = env.only_capacity;
         }
-        if let Some(v) = get("MEMARTS_CACHE_CAPACITY").filter(|v| !v.is_empty()) {
-            self.capacity =
-                Some(parse_size(&v).map_err(|e| ConfigError::malformed("MEMARTS_CACHE_CAPACITY", e))?);
+        if let Some(spin) = env.spin {
+            self.spin_us = spin.as_micros() as u64;
         }
-        if let Some(v) = get("MEMARTS_ONLY_CAPACITY").filter(|v| !v.is_empty()) {
-            self.memarts_only_capacity =
-                Some(parse_size(&v).map_err(|e| ConfigError::malformed("MEMARTS_ONLY_CAPACITY", e))?);
+        set(&mut self.origin_log, &env.origin_log);
+        if let Some(kind) = env.io_engine {
+            self.io_engine = kind.to_string();
         }
-        if let Some(v) = get("MOX_OBS_CLIENT_LOG").filter(|v| !v.is_empty()) {
-            self.origin_log = match v.trim() {
-                "1" => true,
-                "0" => false,
-                other => {
-                    let reason = ValueError::NotOneOf { value: other.to_string(), expected: "0 or 1" };
-                    return Err(ConfigError::malformed("MOX_OBS_CLIENT_LOG", reason));
-                }
-            };
+        if env.endpoint.is_some() {
+            self.origin.endpoint = env.endpoint.clone();
         }
-        if let Some(v) = get("MEMARTS_IO_ENGINE").filter(|v| !v.is_empty()) {
-            v.trim().parse::<EngineKind>().map_err(|e| ConfigError::malformed("MEMARTS_IO_ENGINE", e))?;
-            self.io_engine = v.trim().to_string();
+        if env.region.is_some() {
+            self.origin.region = env.region.clone();
         }
-        if let Some(v) = get("MEMARTS_SPIN_US").filter(|v| !v.is_empty()) {
-            self.spin_us = memarts_protocol::spin::parse_spin_us(&v)?.as_micros() as u64;
+        if env.credentials_file.is_some() {
+            self.origin.credentials_file = env.credentials_file.clone();
         }
-        if let Some(v) = get("AWS_ENDPOINT_URL").or_else(|| get("AWS_ENDPOINT")).filter(|v| !v.is_empty()) {
-            self.origin.endpoint = Some(v);
-        }
-        if let Some(v) = get("AWS_REGION").or_else(|| get("AWS_DEFAULT_REGION")).filter(|v| !v.is_empty()) {
-            self.origin.region = Some(v);
-        }
-        if let Some(v) = get("MEMARTS_CREDENTIALS_FILE").filter(|v| !v.is_empty()) {
-            self.origin.credentials_file = Some(v.into());
-        }
-        if let Some(v) = get("AWS_ALLOW_HTTP").filter(|v| !v.is_empty()) {
-            self.origin.allow_http =
-                parse_bool(&v).map_err(|e| ConfigError::malformed("AWS_ALLOW_HTTP", e))?;
-        }
-        Ok(())
+        set(&mut self.origin.allow_http, &env.allow_http);
     }
 
     /// Checks every field; the error names the field and says what is accepted.
@@ -322,12 +294,10 @@ fn de_size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Err
     }
 }
 
-/// `1/true/yes/on` or `0/false/no/off`, case-insensitive.
-pub fn parse_bool(v: &str) -> Result<bool, ValueError> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(ValueError::NotABool { value: v.to_string() }),
+/// `*field = value`, when the environment sets one.
+fn set<T: Clone>(field: &mut T, value: &Option<T>) {
+    if let Some(v) = value {
+        *field = v.clone();
     }
 }
 
@@ -337,7 +307,7 @@ mod tests {
     use std::collections::HashMap;
 
     #[test]
-    fn env_overrides_and_errors_name_the_variable() {
+    fn the_environment_overrides_the_config_file() {
         let env: HashMap<&str, &str> = [
             ("MEMARTS_CACHE_DIR", "/cache/m"),
             ("MEMARTS_CACHE_CAPACITY", "2GiB"),
@@ -345,30 +315,30 @@ mod tests {
             ("AWS_ALLOW_HTTP", "true"),
             ("MEMARTS_IO_ENGINE", "pread"),
             ("MEMARTS_CREDENTIALS_FILE", "/etc/memarts/credentials.json"),
+            ("MOX_OBS_CLIENT_LOG", "0"),
+            ("MEMARTS_SPIN_US", "0"),
         ]
         .into();
-        let mut cfg = FleetConfig::default();
-        cfg.apply_env(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        let settings = Settings::from_env_with(|k| env.get(k).map(|v| v.to_string())).unwrap();
+        let mut cfg: FleetConfig =
+            toml::from_str("cache_dir = \"/from/file\"\nmeta_ttl_secs = 5.0\n").unwrap();
+        cfg.apply_settings(&settings);
         assert_eq!(cfg.cache_dir, PathBuf::from("/cache/m"));
+        assert_eq!(cfg.meta_ttl_secs, 5.0, "a setting the environment does not touch stays");
         assert_eq!(cfg.capacity, Some(2 << 30));
-        assert!(cfg.origin.allow_http);
+        assert!(cfg.origin.allow_http && !cfg.origin_log);
+        assert_eq!(cfg.spin_us, 0);
         assert_eq!(cfg.origin.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert_eq!(cfg.engine_kind().unwrap(), EngineKind::Pread);
         assert_eq!(cfg.origin.credentials_file, Some(PathBuf::from("/etc/memarts/credentials.json")));
         cfg.validate().unwrap();
-        let err = FleetConfig::default()
-            .apply_env(|k| (k == "MEMARTS_IO_ENGINE").then(|| "mmap".to_string()))
-            .unwrap_err();
-        assert_eq!(err.setting(), Some("MEMARTS_IO_ENGINE"));
-        let err = err.to_string();
-        assert!(err.starts_with("MEMARTS_IO_ENGINE"), "{err}");
-
-        let err = FleetConfig::default()
-            .apply_env(|k| (k == "MEMARTS_CACHE_CAPACITY").then(|| "lots".to_string()))
-            .unwrap_err();
-        assert_eq!(err.setting(), Some("MEMARTS_CACHE_CAPACITY"));
-        let err = err.to_string();
-        assert!(err.starts_with("MEMARTS_CACHE_CAPACITY"), "{err}");
+        let untouched = {
+            let mut c = FleetConfig::default();
+            c.apply_settings(&Settings::from_env_with(|_| None).unwrap());
+            c
+        };
+        assert_eq!(untouched.io_engine, "auto");
+        assert!(untouched.origin_log);
     }
 
     #[test]

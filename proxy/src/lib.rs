@@ -12,7 +12,8 @@
 //! - [`chunk_store`]: the on-disk chunk format and the io_uring / pread engines behind one trait.
 //! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
 //!   request-sized deadlines and retries.
-//! - [`config`], [`lifecycle`], [`size`]: configuration, run dir / pid lock / readiness, byte sizes.
+//! - [`config`], [`lifecycle`]: configuration (the environment's part parsed by `memarts_settings`),
+//!   run dir / pid lock / readiness.
 //! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
 //! - [`StartError`] (in `start_error.rs`): why a slot could not be built or started.
 //!
@@ -30,7 +31,6 @@ pub mod lifecycle;
 pub mod memarts_only;
 pub mod origin;
 pub mod server;
-pub mod size;
 mod start_error;
 
 use std::sync::Arc;

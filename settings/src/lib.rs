@@ -14,7 +14,7 @@
 //! AWS credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) are not
 //! here: only the proxy's origin reads them, so that no other part ever holds them.
 
-mod defaults;
+pub mod defaults;
 pub mod parse;
 pub mod size;
 
@@ -22,11 +22,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use memarts_protocol::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-pub use parse::EngineKind;
+pub use parse::{EngineKind, UnknownEngine};
 
 /// A malformed variable: its name, its value, and what it should have been.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{var}={value:?}: {expected}")]
+#[error("{var}={value:?} {expected}")]
 pub struct SettingsError {
     pub var: &'static str,
     pub value: String,
@@ -105,7 +105,8 @@ pub struct Settings {
     pub chunk_size: u64,
     pub parallel: usize,
     pub timeout: Duration,
-    pub spin: Duration,
+    /// `MEMARTS_SPIN_US`; `None`: the default (a config file may set the proxies').
+    pub spin: Option<Duration>,
     /// `None` when unset: the CLI's config file may still list some.
     pub trusted_uids: Option<Vec<u32>>,
     pub mounts: Vec<(String, String)>,
@@ -150,7 +151,7 @@ impl Settings {
                 .unwrap_or(DEFAULT_CHUNK_SIZE),
             parallel: env.opt("MOX_COPY_PARALLEL_THREADS", |t| parse::whole(t, 1usize, 1024))?.unwrap_or(16),
             timeout: env.opt("MEMARTS_TIMEOUT", parse::seconds)?.unwrap_or(Duration::from_secs(30)),
-            spin: env.opt("MEMARTS_SPIN_US", parse::spin_us)?.unwrap_or(memarts_protocol::spin::DEFAULT_SPIN),
+            spin: env.opt("MEMARTS_SPIN_US", parse::spin_us)?,
             trusted_uids: env.opt("MEMARTS_TRUSTED_UIDS", parse::uids)?,
             mounts: env.opt("MOX_OBS_TO_MOUNT_PATH", parse::mounts)?.unwrap_or_default(),
             auto_read_meta_free: env.flag("MOX_AUTO_READ_META_FREE")?,
@@ -165,7 +166,7 @@ impl Settings {
             cache_dir: env.opt("MEMARTS_CACHE_DIR", parse::path)?,
             cache_capacity: env.opt("MEMARTS_CACHE_CAPACITY", parse::size)?,
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
-            io_engine: env.opt("MEMARTS_IO_ENGINE", |t| t.parse::<EngineKind>())?,
+            io_engine: env.opt("MEMARTS_IO_ENGINE", parse::engine)?,
             origin_log: env.opt("MOX_OBS_CLIENT_LOG", parse::flag)?,
             credentials_file: env.opt("MEMARTS_CREDENTIALS_FILE", parse::path)?,
             log: env.opt("MEMARTS_LOG", parse::text)?,

@@ -1,6 +1,7 @@
 //! One parser per kind of value a variable holds. Each takes the trimmed, non-empty text and says
 //! what was expected when it does not fit; [`crate::Settings`] adds the variable's name.
 
+use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -41,7 +42,7 @@ pub fn bytes(text: &str, low: u64, high: u64) -> Result<u64, String> {
 
 /// A size with an optional unit (`50GiB`, `512MiB`, `1TB`, `1048576`).
 pub fn size(text: &str) -> Result<u64, String> {
-    crate::size::parse_size(text)
+    crate::size::parse_size(text).map_err(|_| "is not a size (use e.g. 50GiB, 512MiB, 1TB)".to_string())
 }
 
 /// A positive number of seconds, below a million.
@@ -99,7 +100,7 @@ pub fn mounts(text: &str) -> Result<Vec<(String, String)>, String> {
     Ok(mounts)
 }
 
-/// Which SSD I/O engine a slot uses.
+/// Which SSD I/O engine a slot uses (`MEMARTS_IO_ENGINE`, config `io_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineKind {
     /// io_uring when available, otherwise pread.
@@ -111,19 +112,40 @@ pub enum EngineKind {
     Pread,
 }
 
+/// A name that is none of the [`EngineKind`]s; the message lists those that are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread")]
+pub struct UnknownEngine {
+    /// The name as it was given.
+    pub text: String,
+}
+
 impl FromStr for EngineKind {
-    type Err = String;
+    type Err = UnknownEngine;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
             "auto" => Ok(EngineKind::Auto),
             "io_uring" | "io-uring" | "uring" => Ok(EngineKind::IoUring),
             "pread" => Ok(EngineKind::Pread),
-            _ => {
-                Err(format!("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread"))
-            }
+            _ => Err(UnknownEngine { text: text.to_string() }),
         }
     }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EngineKind::Auto => "auto",
+            EngineKind::IoUring => "io_uring",
+            EngineKind::Pread => "pread",
+        })
+    }
+}
+
+/// An I/O engine's name.
+pub fn engine(text: &str) -> Result<EngineKind, String> {
+    text.parse().map_err(|_| "is not an I/O engine: use auto, io_uring (or uring) or pread".to_string())
 }
 
 #[cfg(test)]
@@ -150,12 +172,32 @@ mod tests {
         assert_eq!(size("2GiB"), Ok(2 << 30));
         assert_eq!(seconds("1.5"), Ok(Duration::from_millis(1500)));
         assert!(seconds("-3").is_err());
-        assert_eq!(uids("0, 1000 root").unwrap(), vec![0, 1000, 0]);
-        assert!(uids("no-such-user-here").unwrap_err().contains("no-such-user-here"));
         let m = mounts("obs://b/dir=/a/; obs://b/dir/sub/=/b").unwrap();
         assert_eq!(m, vec![("obs://b/dir/sub".into(), "/b".into()), ("obs://b/dir".into(), "/a".into())]);
         assert!(mounts("obs://b/a:/cache/a").is_err());
-        assert_eq!("URING".parse::<EngineKind>(), Ok(EngineKind::IoUring));
-        assert!("mmap".parse::<EngineKind>().is_err());
+        assert!(engine("mmap").unwrap_err().contains("io_uring"));
+    }
+
+    #[test]
+    fn kind_parses() {
+        assert_eq!("auto".parse(), Ok(EngineKind::Auto));
+        assert_eq!("io_uring".parse(), Ok(EngineKind::IoUring));
+        assert_eq!("URING".parse(), Ok(EngineKind::IoUring));
+        assert_eq!("pread".parse(), Ok(EngineKind::Pread));
+        let err = "mmap".parse::<EngineKind>().unwrap_err();
+        assert_eq!(err, UnknownEngine { text: "mmap".into() });
+        let err = err.to_string();
+        assert!(err.contains("mmap") && err.contains("pread"), "{err}");
+        for kind in [EngineKind::Auto, EngineKind::IoUring, EngineKind::Pread] {
+            assert_eq!(kind.to_string().parse(), Ok(kind));
+        }
+    }
+
+    #[test]
+    fn uid_lists_take_numbers_and_names() {
+        assert_eq!(uids("0, 1000 65534").unwrap(), vec![0, 1000, 65534]);
+        assert_eq!(uids("root").unwrap(), vec![0]);
+        assert_eq!(uids("").unwrap(), Vec::<u32>::new());
+        assert!(uids("no-such-user-here").unwrap_err().contains("no-such-user-here"));
     }
 }

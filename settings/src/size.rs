@@ -1,8 +1,20 @@
 //! Human byte sizes for configuration: `50GiB`, `1.5TB`, `512M`, `1048576`.
 
+/// A text that is not a byte size; the message quotes it and shows sizes that are.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SizeError {
+    #[error("unknown size unit {unit:?} in {text:?} (use e.g. 50GiB, 512MiB, 1TB)")]
+    UnknownUnit { unit: String, text: String },
+    #[error("{text:?} is not a size (use e.g. 50GiB, 512MiB)")]
+    NotANumber { text: String },
+    #[error("size {text:?} is out of range")]
+    OutOfRange { text: String },
+}
+
 /// Parses a byte size. Binary suffixes (`KiB`, `MiB`, `GiB`, `TiB`, and the one-letter `K`, `M`, `G`,
 /// `T`) are powers of 1024; decimal ones (`KB`, `MB`, `GB`, `TB`) powers of 1000. Case-insensitive.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
@@ -17,12 +29,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "mb" => 1_000_000,
         "gb" => 1_000_000_000,
         "tb" => 1_000_000_000_000,
-        _ => return Err(format!("unknown size unit {unit:?} in {text:?} (use e.g. 50GiB, 512MiB, 1TB)")),
+        _ => return Err(SizeError::UnknownUnit { unit, text: text.to_string() }),
     };
-    let value: f64 = num.parse().map_err(|_| format!("{text:?} is not a size (use e.g. 50GiB, 512MiB)"))?;
+    let value: f64 = num.parse().map_err(|_| SizeError::NotANumber { text: text.to_string() })?;
     let bytes = value * mult as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("size {text:?} is out of range"));
+        return Err(SizeError::OutOfRange { text: text.to_string() });
     }
     Ok(bytes as u64)
 }
@@ -57,6 +69,16 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("5 parsecs").is_err());
         assert!(parse_size("").is_err());
+        // The messages users see, word for word.
+        assert_eq!(
+            parse_size("5 parsecs").unwrap_err().to_string(),
+            r#"unknown size unit "parsecs" in "5 parsecs" (use e.g. 50GiB, 512MiB, 1TB)"#
+        );
+        assert_eq!(parse_size("").unwrap_err().to_string(), r#""" is not a size (use e.g. 50GiB, 512MiB)"#);
+        assert_eq!(
+            parse_size("99999999999TiB").unwrap_err().to_string(),
+            r#"size "99999999999TiB" is out of range"#
+        );
         assert_eq!(format_size(1536), "1.5 KiB");
         assert_eq!(format_size(12), "12 B");
     }

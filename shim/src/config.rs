@@ -1,12 +1,11 @@
-//! Shim settings, read once from the environment by [`ShimConfig::from_env`].
+//! Shim settings: the client's part of the environment (`memarts_settings`), as one typed struct.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use memarts_protocol::layout::default_run_dir;
-use memarts_protocol::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
+use memarts_settings::Settings;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShimConfig {
@@ -28,68 +27,32 @@ pub struct ShimConfig {
 }
 
 impl Default for ShimConfig {
+    /// The defaults of every setting (the run dir after `XDG_RUNTIME_DIR`), whatever else the
+    /// environment says.
     fn default() -> Self {
-        ShimConfig {
-            run_dir: default_run_dir(),
-            chunk_size: DEFAULT_CHUNK_SIZE,
-            parallel: 16,
-            deadline: Duration::from_secs(30),
-            spin: memarts_protocol::spin::DEFAULT_SPIN,
-            trusted_uids: Vec::new(),
-        }
+        let mut cfg =
+            ShimConfig::from_settings(&Settings::from_env_with(|_| None).expect("no variable is set"));
+        cfg.run_dir = memarts_settings::defaults::run_dir(&|k| std::env::var(k).ok());
+        cfg
     }
-}
-
-fn parse_env<T: std::str::FromStr>(name: &str, value: &str, what: &str) -> Result<T> {
-    value.trim().parse().map_err(|_| Error::Config(format!("{name}={value:?} is not {what}")))
 }
 
 impl ShimConfig {
-    /// Reads the environment through `get` (tests pass a map). Malformed values are errors that name
-    /// the variable, never silent defaults.
-    pub fn from_env_with(get: impl Fn(&str) -> Option<String>) -> Result<ShimConfig> {
-        let mut cfg = ShimConfig::default();
-        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
-        if let Some(v) = get("MEMARTS_RUN_DIR") {
-            cfg.run_dir = v.into();
+    /// The client's settings from the parsed environment.
+    pub fn from_settings(s: &Settings) -> ShimConfig {
+        ShimConfig {
+            run_dir: s.run_dir_or_default(),
+            chunk_size: s.chunk_size,
+            parallel: s.parallel,
+            deadline: s.timeout,
+            spin: s.spin.unwrap_or(memarts_protocol::spin::DEFAULT_SPIN),
+            trusted_uids: s.trusted_uids.clone().unwrap_or_default(),
         }
-        if let Some(v) = get("MOX_FILE_CHUNK_SIZE") {
-            let size: u64 = parse_env("MOX_FILE_CHUNK_SIZE", &v, "a number of bytes")?;
-            if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&size) {
-                return Err(Error::Config(format!(
-                    "MOX_FILE_CHUNK_SIZE={size} is outside {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE} bytes"
-                )));
-            }
-            cfg.chunk_size = size;
-        }
-        if let Some(v) = get("MOX_COPY_PARALLEL_THREADS") {
-            let n: usize = parse_env("MOX_COPY_PARALLEL_THREADS", &v, "a whole number")?;
-            if !(1..=1024).contains(&n) {
-                return Err(Error::Config(format!("MOX_COPY_PARALLEL_THREADS={n} is outside 1..=1024")));
-            }
-            cfg.parallel = n;
-        }
-        if let Some(v) = get("MEMARTS_TIMEOUT") {
-            let secs: f64 = parse_env("MEMARTS_TIMEOUT", &v, "a number of seconds")?;
-            if !(secs.is_finite() && secs > 0.0 && secs < 1e6) {
-                return Err(Error::Config(format!(
-                    "MEMARTS_TIMEOUT={v} must be a positive number of seconds"
-                )));
-            }
-            cfg.deadline = Duration::from_secs_f64(secs);
-        }
-        if let Some(v) = get("MEMARTS_SPIN_US") {
-            cfg.spin = memarts_protocol::spin::parse_spin_us(&v).map_err(|e| Error::Config(e.to_string()))?;
-        }
-        if let Some(v) = get(crate::trust::TRUSTED_UIDS_VAR) {
-            cfg.trusted_uids = crate::trust::parse_uids(&v)
-                .map_err(|e| Error::Config(format!("{}={v:?}: {e}", crate::trust::TRUSTED_UIDS_VAR)))?;
-        }
-        Ok(cfg)
     }
 
+    /// The process's environment; a malformed variable is an error naming it.
     pub fn from_env() -> Result<ShimConfig> {
-        Self::from_env_with(|k| std::env::var(k).ok())
+        Ok(ShimConfig::from_settings(&Settings::from_env()?))
     }
 }
 
@@ -101,7 +64,7 @@ mod tests {
     fn with(pairs: &[(&str, &str)]) -> Result<ShimConfig> {
         let env: HashMap<String, String> =
             pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        ShimConfig::from_env_with(|k| env.get(k).cloned())
+        Ok(ShimConfig::from_settings(&Settings::from_env_with(|k| env.get(k).cloned())?))
     }
 
     #[test]
@@ -113,6 +76,7 @@ mod tests {
         assert_eq!(cfg.spin, memarts_protocol::spin::DEFAULT_SPIN);
         assert_eq!(with(&[("MEMARTS_SPIN_US", "0")]).unwrap().spin, Duration::ZERO);
         assert_eq!(with(&[("MEMARTS_TRUSTED_UIDS", "0,1000")]).unwrap().trusted_uids, vec![0, 1000]);
+        assert_eq!(with(&[("MEMARTS_RUN_DIR", "/run/m")]).unwrap().run_dir, PathBuf::from("/run/m"));
     }
 
     #[test]
@@ -126,8 +90,9 @@ mod tests {
             ("MEMARTS_SPIN_US", "soon"),
             ("MEMARTS_TRUSTED_UIDS", "0,-1"),
         ] {
-            let err = with(&[(k, v)]).unwrap_err().to_string();
-            assert!(err.contains(k), "{err}");
+            let err = with(&[(k, v)]).unwrap_err();
+            assert!(matches!(err, crate::Error::Config(_)), "{err}");
+            assert!(err.to_string().contains(k), "{err}");
         }
     }
 }

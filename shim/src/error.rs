@@ -32,9 +32,9 @@ pub enum Error {
     /// a run dir others can write to); nothing was read from it or sent to it. See `trust`.
     #[error("untrusted memarts fleet: {0}")]
     Untrusted(String),
-    /// A setting (environment variable or argument) is malformed.
+    /// An environment variable is malformed (the error names it).
     #[error("configuration error: {0}")]
-    Config(String),
+    Config(#[from] memarts_settings::SettingsError),
     /// A local I/O failure (reading a passed descriptor, a local file).
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),

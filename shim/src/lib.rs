@@ -11,6 +11,8 @@
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
 //! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
+//! - `mode` (feature `embedded`): MoXing's mode resolution (proxy, embedded, direct), shared by the
+//!   Python package and the CLI.
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
@@ -23,6 +25,8 @@ mod download;
 pub mod error;
 mod fill;
 pub mod local_file;
+#[cfg(feature = "embedded")]
+pub mod mode;
 mod read;
 pub mod trust;
 mod write;

@@ -38,22 +38,6 @@ fn who(uid: u32) -> String {
     }
 }
 
-/// Parses a list of uids or user names separated by commas or spaces (`"0, 1000"`, `"root"`).
-pub fn parse_uids(value: &str) -> std::result::Result<Vec<u32>, String> {
-    let mut uids = Vec::new();
-    for item in value.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
-        let uid = match item.parse::<u32>() {
-            Ok(uid) => uid,
-            Err(_) => match User::from_name(item) {
-                Ok(Some(user)) => user.uid.as_raw(),
-                _ => return Err(format!("{item:?} is neither a uid nor a known user name")),
-            },
-        };
-        uids.push(uid);
-    }
-    Ok(uids)
-}
-
 /// Checks the run dir (check 1 above) and returns the uid its proxies must run as.
 pub fn check_run_dir(run_dir: &Path, trusted: &[u32]) -> Result<u32> {
     let meta = match std::fs::metadata(run_dir) {
@@ -114,14 +98,6 @@ pub fn check_peer(stream: &UnixStream, socket: &Path, owner: u32) -> Result<()> 
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn uid_lists_take_numbers_and_names() {
-        assert_eq!(parse_uids("0, 1000 65534").unwrap(), vec![0, 1000, 65534]);
-        assert_eq!(parse_uids("root").unwrap(), vec![0]);
-        assert_eq!(parse_uids("").unwrap(), Vec::<u32>::new());
-        assert!(parse_uids("no-such-user-here").unwrap_err().contains("no-such-user-here"));
-    }
 
     #[test]
     fn an_own_private_run_dir_is_trusted_and_a_writable_one_is_not() {

@@ -31,10 +31,12 @@ fn main() -> ExitCode {
     let args = Args::parse();
     // Logs go to stderr, which `memarts start_proxy` points at `<run dir>/proxy-<slot>.log`;
     // stdout carries the readiness line only.
+    // MEMARTS_LOG, through the settings table; a malformed environment is reported by the slot
+    // itself (its readiness line), so logging falls back to `info` here.
+    let filter =
+        memarts_settings::Settings::from_env().ok().and_then(|s| s.log).unwrap_or_else(|| "info".into());
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MEMARTS_LOG").unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .init();
     memarts_proxy::lifecycle::main(&args.fleet, args.slot)

@@ -2,12 +2,10 @@
 //! `Arc<dyn IoEngine>`), the [`EngineKind`] setting and [`select_engine`], which picks
 //! io_uring where the kernel allows it and falls back to pread otherwise.
 
-use std::fmt;
 use std::fs::File;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -43,48 +41,7 @@ pub trait IoEngine: Send + Sync {
     fn name(&self) -> &'static str;
 }
 
-/// Which engine to use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum EngineKind {
-    /// io_uring when available, otherwise pread.
-    #[default]
-    Auto,
-    /// io_uring, or an error when the kernel refuses it.
-    IoUring,
-    /// Blocking pread/pwrite on tokio's blocking pool.
-    Pread,
-}
-
-/// A name that is none of the [`EngineKind`]s; the message lists those that are.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread")]
-pub struct UnknownEngine {
-    /// The name as it was given.
-    pub text: String,
-}
-
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(EngineKind::Auto),
-            "io_uring" | "io-uring" | "uring" => Ok(EngineKind::IoUring),
-            "pread" => Ok(EngineKind::Pread),
-            _ => Err(UnknownEngine { text: text.to_string() }),
-        }
-    }
-}
-
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            EngineKind::Auto => "auto",
-            EngineKind::IoUring => "io_uring",
-            EngineKind::Pread => "pread",
-        })
-    }
-}
+pub use memarts_settings::{EngineKind, UnknownEngine};
 
 /// Builds the engine for `kind`. The second value is set when `Auto` fell back to pread and
 /// says why (log it). `IoUring` fails instead of falling back.
@@ -150,20 +107,5 @@ mod tests {
     fn auto_uses_uring_when_it_works() {
         let (engine, reason) = select_engine(EngineKind::Auto).unwrap();
         assert_eq!((engine.name(), reason), ("io_uring", None));
-    }
-
-    #[test]
-    fn kind_parses() {
-        assert_eq!("auto".parse(), Ok(EngineKind::Auto));
-        assert_eq!("io_uring".parse(), Ok(EngineKind::IoUring));
-        assert_eq!("URING".parse(), Ok(EngineKind::IoUring));
-        assert_eq!("pread".parse(), Ok(EngineKind::Pread));
-        let err = "mmap".parse::<EngineKind>().unwrap_err();
-        assert_eq!(err, UnknownEngine { text: "mmap".into() });
-        let err = err.to_string();
-        assert!(err.contains("mmap") && err.contains("pread"), "{err}");
-        for kind in [EngineKind::Auto, EngineKind::IoUring, EngineKind::Pread] {
-            assert_eq!(kind.to_string().parse(), Ok(kind));
-        }
     }
 }

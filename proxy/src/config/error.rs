@@ -1,17 +1,16 @@
 //! Why a fleet configuration cannot be used: [`ConfigError`], and [`ValueError`] for a value that
 //! does not parse as what its setting holds.
 //!
-//! A *setting* is a field of `fleet.json` and of the config file (`slots`, `origin.max_attempts`) or
-//! the environment variable that sets one (`MEMARTS_IO_ENGINE`). Every message names the setting and
+//! A *setting* is a field of `fleet.json` and of the config file (`slots`, `origin.max_attempts`);
+//! the environment variables that set some of them are parsed (and their errors named) by
+//! `memarts_settings`. Every message names the setting and
 //! says what it accepts; the CLI prints them, proxies report them in their readiness line and the
 //! Python package raises them as `memarts.errors.ConfigError`, so their wording is kept as it is.
 
 use std::path::PathBuf;
 
-use memarts_protocol::spin::SpinUsError;
-
-use crate::chunk_store::UnknownEngine;
-use crate::size::SizeError;
+use memarts_settings::size::SizeError;
+use memarts_settings::UnknownEngine;
 
 /// A configuration that cannot be used, naming the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -31,9 +30,6 @@ pub enum ConfigError {
     /// of this error's message (what is wrong with the value), not a separate cause.
     #[error("{setting}: {reason}")]
     Malformed { setting: &'static str, reason: ValueError },
-    /// `MEMARTS_SPIN_US`, whose parser (shared with the shim) names the variable itself.
-    #[error(transparent)]
-    SpinUs(#[from] SpinUsError),
     /// `fleet.json` could not be read.
     #[error("cannot read {}: {source}", path.display())]
     Unreadable {
@@ -58,12 +54,6 @@ pub enum ValueError {
     Size(#[from] SizeError),
     #[error(transparent)]
     Engine(#[from] UnknownEngine),
-    /// See [`parse_bool`](super::parse_bool).
-    #[error("{value:?} is not a boolean (use 1 or 0)")]
-    NotABool { value: String },
-    /// A value outside a short list: `"2" must be 0 or 1`.
-    #[error("{value:?} must be {expected}")]
-    NotOneOf { value: String, expected: &'static str },
 }
 
 impl ConfigError {
@@ -81,7 +71,6 @@ impl ConfigError {
     pub fn setting(&self) -> Option<&'static str> {
         match self {
             ConfigError::Invalid { setting, .. } | ConfigError::Malformed { setting, .. } => Some(setting),
-            ConfigError::SpinUs(_) => Some("MEMARTS_SPIN_US"),
             ConfigError::Unreadable { .. } | ConfigError::NotAFleetConfig { .. } => None,
         }
     }
@@ -96,28 +85,25 @@ mod tests {
     use super::*;
     use crate::config::FleetConfig;
 
-    /// The messages users see (CLI, readiness line, Python's `ConfigError`), word for word.
+    /// The messages users see (CLI, readiness line, Python's `ConfigError`), word for word: every
+    /// environment variable's in one form, `VAR="value" what it should be`.
     #[test]
     fn error_messages_are_worded_as_before() {
         let env_err = |var: &str, value: &str| {
-            FleetConfig::default()
-                .apply_env(|k| (k == var).then(|| value.to_string()))
+            memarts_settings::Settings::from_env_with(|k| (k == var).then(|| value.to_string()))
                 .unwrap_err()
                 .to_string()
         };
         assert_eq!(
             env_err("MEMARTS_IO_ENGINE", " mmap "),
-            r#"MEMARTS_IO_ENGINE: unknown I/O engine "mmap": expected one of auto, io_uring (or uring), pread"#
+            r#"MEMARTS_IO_ENGINE="mmap" is not an I/O engine: use auto, io_uring (or uring) or pread"#
         );
         assert_eq!(
             env_err("MEMARTS_ONLY_CAPACITY", "lots"),
-            r#"MEMARTS_ONLY_CAPACITY: unknown size unit "lots" in "lots" (use e.g. 50GiB, 512MiB, 1TB)"#
+            r#"MEMARTS_ONLY_CAPACITY="lots" is not a size (use e.g. 50GiB, 512MiB, 1TB)"#
         );
-        assert_eq!(env_err("MOX_OBS_CLIENT_LOG", " 2 "), r#"MOX_OBS_CLIENT_LOG: "2" must be 0 or 1"#);
-        assert_eq!(
-            env_err("AWS_ALLOW_HTTP", "maybe"),
-            r#"AWS_ALLOW_HTTP: "maybe" is not a boolean (use 1 or 0)"#
-        );
+        assert_eq!(env_err("MOX_OBS_CLIENT_LOG", " 2 "), r#"MOX_OBS_CLIENT_LOG="2" must be 0 or 1"#);
+        assert_eq!(env_err("AWS_ALLOW_HTTP", "maybe"), r#"AWS_ALLOW_HTTP="maybe" must be 0 or 1"#);
         assert_eq!(
             env_err("MEMARTS_SPIN_US", "fast"),
             r#"MEMARTS_SPIN_US="fast" is not a number of microseconds between 0 and 10000"#

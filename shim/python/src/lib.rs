@@ -10,11 +10,13 @@
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 
-use memarts_shim::{Client as ShimClient, Error, Room, ShimConfig, Sink};
+use memarts_settings::Settings;
+use memarts_shim::mode::Session;
+use memarts_shim::{Error, Room, ShimConfig, Sink};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyDict};
 
 /// Maps a shim error to the class of the same name in `memarts.errors`.
 fn to_py(py: Python<'_>, e: Error) -> PyErr {
@@ -84,43 +86,12 @@ impl Sink for BytesSink {
     }
 }
 
-/// How a client reaches its engine (MoXing's mode resolution).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    /// A fleet runs in the run dir, or `USE_MEMARTS_PROXY=1`: talk to it.
-    Proxy,
-    /// `USE_MEMARTS=1` and no fleet: the engine runs in this process, on the shared cache dir.
-    Embedded,
-    /// No memarts: an in-process pass-through engine that caches nothing.
-    Direct,
-}
-
-impl Mode {
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Proxy => "proxy",
-            Mode::Embedded => "embedded",
-            Mode::Direct => "direct",
-        }
-    }
-}
-
-fn env_flag(name: &str) -> memarts_shim::Result<bool> {
-    match std::env::var(name).unwrap_or_default().trim() {
-        "" | "0" => Ok(false),
-        "1" => Ok(true),
-        other => Err(Error::Config(format!("{name}={other:?} must be 0 or 1"))),
-    }
-}
-
-/// A client of memarts in one of three modes (see [`Mode`]). Safe to share between threads; after a
-/// `fork`, proxy-mode clients reconnect by themselves, other modes need a new client (the engine's
-/// thread does not survive the fork; `memarts.file` makes one per process).
+/// A client of memarts in one of three modes (`memarts_shim::mode`). Safe to share between
+/// threads; after a `fork`, proxy-mode clients reconnect by themselves, other modes need a new client
+/// (the engine's thread does not survive the fork; `memarts.file` makes one per process).
 #[pyclass(module = "memarts._memarts", frozen)]
 struct Client {
-    inner: ShimClient,
-    mode: Mode,
-    _engine: Option<memarts_proxy::embedded::Embedded>,
+    inner: Session,
 }
 
 #[pymethods]
@@ -130,42 +101,21 @@ impl Client {
     #[new]
     #[pyo3(signature = (run_dir=None))]
     fn new(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<Self> {
-        let mut cfg = ShimConfig::from_env().map_err(|e| to_py(py, e))?;
+        let settings = Settings::from_env().map_err(|e| to_py(py, e.into()))?;
+        let mut shim = ShimConfig::from_settings(&settings);
         if let Some(dir) = run_dir {
-            cfg.run_dir = dir;
+            shim.run_dir = dir;
         }
-        let use_memarts = env_flag("USE_MEMARTS").map_err(|e| to_py(py, e))?;
-        let use_proxy = env_flag("USE_MEMARTS_PROXY").map_err(|e| to_py(py, e))?;
-        let mode = if use_proxy || py.detach(|| memarts_shim::fleet_running(&cfg.run_dir)) {
-            Mode::Proxy
-        } else if use_memarts {
-            Mode::Embedded
-        } else {
-            Mode::Direct
-        };
-        let engine = match mode {
-            Mode::Proxy => None,
-            Mode::Embedded | Mode::Direct => {
-                let mut fleet = memarts_proxy::config::FleetConfig::default();
-                fleet
-                    .apply_env(|k| std::env::var(k).ok())
-                    .map_err(|e| to_py(py, Error::Config(e.to_string())))?;
-                fleet.passthrough = mode == Mode::Direct;
-                let engine = py
-                    .detach(|| memarts_proxy::embedded::Embedded::start(fleet))
-                    .map_err(|e| to_py(py, Error::Unavailable(format!("in-process memarts engine: {e}"))))?;
-                cfg.run_dir = engine.run_dir().to_path_buf();
-                Some(engine)
-            }
-        };
-        let inner = ShimClient::new(cfg).map_err(|e| to_py(py, e))?;
-        Ok(Client { inner, mode, _engine: engine })
+        let mut fleet = memarts_proxy::config::FleetConfig::default();
+        fleet.apply_settings(&settings);
+        let inner = py.detach(|| Session::open(&settings, shim, fleet)).map_err(|e| to_py(py, e))?;
+        Ok(Client { inner })
     }
 
     /// `"proxy"`, `"embedded"` or `"direct"`.
     #[getter]
     fn mode(&self) -> &'static str {
-        self.mode.name()
+        self.inner.mode().name()
     }
 
     /// The whole object as `bytes`.
@@ -359,9 +309,28 @@ fn fleet_running(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<bool> {
     Ok(py.detach(|| memarts_shim::fleet_running(&dir)))
 }
 
+/// The settings the `memarts.file` layer uses, parsed from the environment by the one settings
+/// table (`memarts_settings`); a malformed variable raises `ConfigError` naming it.
+#[pyfunction]
+fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = Settings::from_env().map_err(|e| to_py(py, e.into()))?;
+    let d = PyDict::new(py);
+    d.set_item("parallel", s.parallel)?;
+    d.set_item("large_file_acc", s.large_file_acc)?;
+    d.set_item("partial_maximum_size", s.partial_maximum_size)?;
+    d.set_item("large_file_task_num", s.large_file_task_num)?;
+    d.set_item("auto_read_meta_free", s.auto_read_meta_free)?;
+    d.set_item("use_metadata_cache", s.use_metadata_cache)?;
+    d.set_item("mounts", s.mounts)?;
+    d.set_item("chunk_size", s.chunk_size)?;
+    d.set_item("cache_dir", s.cache_dir.unwrap_or(s.default_cache_dir))?;
+    Ok(d)
+}
+
 #[pymodule]
 fn _memarts(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_function(wrap_pyfunction!(fleet_running, m)?)?;
+    m.add_function(wrap_pyfunction!(settings, m)?)?;
     Ok(())
 }

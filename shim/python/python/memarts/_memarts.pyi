@@ -1,7 +1,7 @@
 """Type stubs of the compiled core (``memarts._memarts``)."""
 
 from os import PathLike
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 class Client:
     """A connection to the node's memarts fleet; safe across threads and fork."""
@@ -27,3 +27,6 @@ class Client:
     def mode(self) -> str: ...
 
 def fleet_running(run_dir: Optional[Union[str, PathLike]] = None) -> bool: ...
+def settings() -> Dict[str, Any]:
+    """The settings of the ``memarts.file`` layer, parsed from the environment (raises ConfigError)."""
+    ...

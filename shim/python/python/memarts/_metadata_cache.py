@@ -12,10 +12,10 @@ import threading
 
 
 def _default_path():
-    base = os.environ.get("MEMARTS_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "memarts"
-    )
-    return os.path.join(base, "metadata-cache.sqlite")
+    # The cache dir as the settings table resolves it (MEMARTS_CACHE_DIR, else the XDG default).
+    from . import _memarts
+
+    return os.path.join(_memarts.settings()["cache_dir"], "metadata-cache.sqlite")
 
 
 class MetadataCache:

@@ -38,7 +38,6 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _memarts
 from .errors import (
     BadRequestError,
-    ConfigError,
     Error,
     NoSpaceError,
     NotFoundError,
@@ -49,47 +48,17 @@ from .errors import (
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
 
-def _env_int(name, default, low, high):
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        n = int(value)
-    except ValueError:
-        raise ConfigError(f"{name}={value!r} is not a whole number") from None
-    if not low <= n <= high:
-        raise ConfigError(f"{name}={n} is outside {low}..{high}")
-    return n
-
-
-def _env_flag(name):
-    value = os.environ.get(name, "").strip()
-    if value in ("", "0"):
-        return False
-    if value == "1":
-        return True
-    raise ConfigError(f"{name}={value!r} must be 0 or 1")
-
-
-def _env_mounts(name):
-    value = os.environ.get(name, "").strip()
-    mounts = []
-    for item in filter(None, (part.strip() for part in value.split(";"))):
-        prefix, sep, local = item.partition("=")
-        if not sep or not prefix.lower().startswith(_REMOTE) or not local:
-            raise ConfigError(f"{name}: {item!r} is not of the form obs://bucket/dir=/local/dir")
-        mounts.append((prefix.rstrip("/"), local.rstrip("/")))
-    # Longest prefix first, so obs://b/dir/sub wins over obs://b/dir.
-    return sorted(mounts, key=lambda m: len(m[0]), reverse=True)
-
-
-PARALLEL_THREADS = _env_int("MOX_COPY_PARALLEL_THREADS", 16, 1, 1024)
-LARGE_FILE_ACC = _env_flag("MOX_MEMARTS_LARGE_FILE_ACC")
-PARTIAL_MAXIMUM_SIZE = _env_int("MOX_FILE_PARTIAL_MAXIMUM_SIZE", 5 << 30, 1, 1 << 62)
-LARGE_FILE_TASK_NUM = _env_int("MOX_FILE_LARGE_FILE_TASK_NUM", 8, 1, 256)
-AUTO_READ_META_FREE = _env_flag("MOX_AUTO_READ_META_FREE")
-MOUNTS = _env_mounts("MOX_OBS_TO_MOUNT_PATH")
-USE_METADATA_CACHE = _env_flag("USE_METADATA_CACHE")
+# Parsed by the extension, from the one table of settings every part of memarts shares
+# (``memarts_settings``); a malformed variable raises ConfigError naming it, here at import.
+_settings = _memarts.settings()
+PARALLEL_THREADS = _settings["parallel"]
+LARGE_FILE_ACC = _settings["large_file_acc"]
+PARTIAL_MAXIMUM_SIZE = _settings["partial_maximum_size"]
+LARGE_FILE_TASK_NUM = _settings["large_file_task_num"]
+AUTO_READ_META_FREE = _settings["auto_read_meta_free"]
+# (prefix, local dir) pairs, longest prefix first, so obs://b/dir/sub wins over obs://b/dir.
+MOUNTS = [tuple(m) for m in _settings["mounts"]]
+USE_METADATA_CACHE = _settings["use_metadata_cache"]
 _metadata = None
 
 

@@ -1,0 +1,86 @@
+//! How a client reaches memarts, resolved as MoXing does, for the Python package and the `memarts`
+//! CLI alike (feature `embedded`, which brings the in-process engine; a worker that only ever talks
+//! to a fleet links the shim without it):
+//!
+//! - **proxy**: a fleet answers in the run dir, or `USE_MEMARTS_PROXY=1`: talk to its slots. A fleet
+//!   the client does not trust is an error (`Untrusted`), never a reason to go on without it.
+//! - **embedded**: `USE_MEMARTS=1` and no fleet: one slot runs inside this process, on the shared
+//!   cache dir, behind a private socket; the client talks to it exactly as to a fleet.
+//! - **direct**: neither: the same in-process slot in pass-through (it reads the origin and caches
+//!   nothing).
+//!
+//! The in-process slot does not survive a `fork`; a forked child opens its own [`Session`].
+
+use memarts_proxy::config::FleetConfig;
+use memarts_proxy::embedded::Embedded;
+use memarts_settings::Settings;
+
+use crate::client::{fleet_running, Client};
+use crate::config::ShimConfig;
+use crate::error::{Error, Result};
+
+/// How a [`Session`] reaches its engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Proxy,
+    Embedded,
+    Direct,
+}
+
+impl Mode {
+    /// `"proxy"`, `"embedded"` or `"direct"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Proxy => "proxy",
+            Mode::Embedded => "embedded",
+            Mode::Direct => "direct",
+        }
+    }
+}
+
+/// A client in the mode the settings resolve to, and the in-process engine it talks to, if any.
+pub struct Session {
+    // Declared first, so dropped first: the connections close before the engine stops.
+    client: Client,
+    mode: Mode,
+    _engine: Option<Embedded>,
+}
+
+impl Session {
+    /// Resolves the mode from `settings` and whether a fleet runs in `shim.run_dir`, and connects.
+    /// `fleet` configures the in-process engine of embedded and direct mode (its run dir is private
+    /// and its own; in direct mode its cache dir too).
+    pub fn open(settings: &Settings, shim: ShimConfig, fleet: FleetConfig) -> Result<Session> {
+        let mode = if settings.use_memarts_proxy || fleet_running(&shim.run_dir) {
+            Mode::Proxy
+        } else if settings.use_memarts {
+            Mode::Embedded
+        } else {
+            Mode::Direct
+        };
+        if mode == Mode::Proxy {
+            return Ok(Session { client: Client::new(shim)?, mode, _engine: None });
+        }
+        let fleet = FleetConfig { passthrough: mode == Mode::Direct, ..fleet };
+        let engine = Embedded::start(fleet)
+            .map_err(|e| Error::Unavailable(format!("in-process memarts engine: {e}")))?;
+        let client = Client::new(ShimConfig { run_dir: engine.run_dir().to_path_buf(), ..shim })?;
+        Ok(Session { client, mode, _engine: Some(engine) })
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl std::ops::Deref for Session {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
