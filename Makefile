@@ -32,9 +32,11 @@ test: deps-test
 	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 
+# rustfmt, clippy and rustdoc (broken intra-doc links and the like), all with warnings as errors.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --quiet
 
 fmt:
 	$(CARGO) fmt --all

@@ -17,6 +17,8 @@ pub struct Cli {
 }
 
 /// Options every command understands. Precedence: flag > environment > config file > default.
+// The field docs are `--help` text, written for a terminal, not rustdoc markup.
+#[allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 #[derive(Args, Debug, Clone, Default)]
 pub struct Common {
     /// Directory of the fleet's sockets, pid files and logs [env: MEMARTS_RUN_DIR]

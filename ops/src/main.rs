@@ -5,6 +5,7 @@ mod cli;
 mod data;
 mod fleet;
 mod settings;
+mod slots;
 mod status;
 mod transfer;
 mod warmup;

@@ -7,10 +7,12 @@
 //!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
 //!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);
 //!   [`select_engine`] picks one, falling back to pread where io_uring is refused.
-//! - [`ChunkStore`] (`store.rs`): put / get / read_verified / remove on the cache root, and
+//! - [`ChunkStore`] (`store.rs`): put / get / read_verified / remove on the cache root, with the
+//!   careful file operations (publish by rename, leftovers of dead writers) in `files.rs`, and
 //!   [`Scan`] (`scan.rs`) to walk what is on disk.
 
 mod engine;
+mod files;
 pub mod format;
 mod key;
 mod pread;

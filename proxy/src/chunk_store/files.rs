@@ -1,0 +1,106 @@
+//! The chunk tree's file operations that need care: publishing a finished temp file by rename
+//! (creating the fan-out directories, with the fsyncs that make it durable), telling the temp files
+//! of live writers from those of dead ones (a slot killed with `kill -9`, even one not reaped yet),
+//! and removing whatever occupies a chunk's path.
+
+use std::fs::{self, DirBuilder, File};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::Path;
+
+/// Mode of every directory of the store.
+pub(super) const DIR_MODE: u32 = 0o700;
+
+/// What a non-regular file is, for a log line.
+pub(super) fn describe(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a named pipe"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device node"
+    } else {
+        "something other than a regular file"
+    }
+}
+
+/// Removes the entry `path` itself (a symlink, not its target; a directory with what it holds).
+pub(super) fn remove_entry(path: &Path) -> io::Result<()> {
+    let removed = match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path),
+        Ok(_) => fs::remove_file(path),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// Whether the process that named temp file `name` (`<id>.<pid>.<serial>.tmp`) still runs. Names
+/// of another form count as dead (foreign or from an older layout).
+pub(super) fn writer_alive(name: &str) -> bool {
+    let mut parts = name.split('.');
+    let pid = parts.nth(1).and_then(|p| p.parse::<i32>().ok());
+    match pid {
+        Some(pid) if pid > 0 && pid as u32 != std::process::id() => {
+            // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
+            let exists = unsafe { libc::kill(pid, 0) == 0 };
+            exists && !is_zombie(pid)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `pid` has exited and only waits to be reaped: a slot killed with `kill -9` stays so until
+/// its parent (init, once `start_proxy` has exited) reaps it, which some container inits do late or
+/// never, and it writes nothing any more.
+fn is_zombie(pid: i32) -> bool {
+    // `/proc/<pid>/stat`: `pid (comm) state ...`; comm may hold spaces and parentheses.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| matches!(state, 'Z' | 'X'))
+}
+
+/// Renames the finished temp file into place, creating the fan-out directories; with
+/// `durable`, fsyncs the destination directory and the parents of directories it created.
+pub(super) fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
+    let leaf = dest.parent().unwrap_or(chunks);
+    let middle = leaf.parent().unwrap_or(chunks);
+    let created_middle = create_dir(middle)?;
+    let created_leaf = create_dir(leaf)?;
+    if let Err(e) = fs::rename(tmp, dest) {
+        // A directory at the chunk's path (foreign, or left by a bug) would refuse every fill of
+        // this chunk for good: it goes, and the rename is tried once more. (A symlink or a pipe is
+        // replaced by the rename itself.)
+        if !fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
+            return Err(e);
+        }
+        tracing::warn!(path = %dest.display(), "removing a directory where a chunk file goes");
+        remove_entry(dest)?;
+        fs::rename(tmp, dest)?;
+    }
+    if durable {
+        File::open(leaf)?.sync_all()?;
+        if created_leaf {
+            File::open(middle)?.sync_all()?;
+        }
+        if created_middle {
+            File::open(chunks)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates one directory (0700); `Ok(false)` if it already existed.
+fn create_dir(dir: &Path) -> io::Result<bool> {
+    match DirBuilder::new().mode(DIR_MODE).create(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
