@@ -79,17 +79,11 @@ mod tests {
         assert_eq!(with(&[("MEMARTS_RUN_DIR", "/run/m")]).unwrap().run_dir, PathBuf::from("/run/m"));
     }
 
+    /// Every malformed value of every variable is `memarts_settings`' test; here, that the shim
+    /// hands the error on as its typed `Config`, naming the variable.
     #[test]
     fn malformed_values_name_the_variable() {
-        for (k, v) in [
-            ("MOX_FILE_CHUNK_SIZE", "1MB"),
-            ("MOX_FILE_CHUNK_SIZE", "1"),
-            ("MOX_COPY_PARALLEL_THREADS", "many"),
-            ("MOX_COPY_PARALLEL_THREADS", "0"),
-            ("MEMARTS_TIMEOUT", "-3"),
-            ("MEMARTS_SPIN_US", "soon"),
-            ("MEMARTS_TRUSTED_UIDS", "0,-1"),
-        ] {
+        for (k, v) in [("MOX_FILE_CHUNK_SIZE", "1MB"), ("MEMARTS_TRUSTED_UIDS", "0,-1")] {
             let err = with(&[(k, v)]).unwrap_err();
             assert!(matches!(err, crate::Error::Config(_)), "{err}");
             assert!(err.to_string().contains(k), "{err}");
