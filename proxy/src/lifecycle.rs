@@ -87,6 +87,26 @@ fn owned_by_us(dir: &Path) -> io::Result<std::fs::Metadata> {
     Ok(meta)
 }
 
+/// Whether the process `pid` still runs: it exists and has not merely exited waiting to be reaped
+/// (a slot killed with `kill -9` stays a zombie until its parent, init once `start_proxy` has exited,
+/// reaps it, which some container inits do late or never, and it writes nothing any more).
+pub(crate) fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
+    let exists = unsafe { libc::kill(pid, 0) == 0 };
+    exists && !is_zombie(pid)
+}
+
+fn is_zombie(pid: i32) -> bool {
+    // `/proc/<pid>/stat`: `pid (comm) state ...`; comm may hold spaces and parentheses.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
+        .is_some_and(|state| matches!(state, 'Z' | 'X'))
+}
+
 /// The held lock of a slot; dropping it (or dying) releases the slot.
 pub struct SlotLock {
     _lock: Flock<File>,

@@ -46,24 +46,9 @@ pub(super) fn writer_alive(name: &str) -> bool {
     let mut parts = name.split('.');
     let pid = parts.nth(1).and_then(|p| p.parse::<i32>().ok());
     match pid {
-        Some(pid) if pid > 0 && pid as u32 != std::process::id() => {
-            // SAFETY: kill with signal 0 sends nothing; it only checks that the pid exists.
-            let exists = unsafe { libc::kill(pid, 0) == 0 };
-            exists && !is_zombie(pid)
-        }
+        Some(pid) if pid as u32 != std::process::id() => crate::lifecycle::process_alive(pid),
         _ => false,
     }
-}
-
-/// Whether `pid` has exited and only waits to be reaped: a slot killed with `kill -9` stays so until
-/// its parent (init, once `start_proxy` has exited) reaps it, which some container inits do late or
-/// never, and it writes nothing any more.
-fn is_zombie(pid: i32) -> bool {
-    // `/proc/<pid>/stat`: `pid (comm) state ...`; comm may hold spaces and parentheses.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()))
-        .is_some_and(|state| matches!(state, 'Z' | 'X'))
 }
 
 /// Renames the finished temp file into place, creating the fan-out directories; with
