@@ -8,6 +8,7 @@
 //! - [`engine`]: the slot's [`engine::Engine`]: metadata cache, chunk index (LRU within the slot's
 //!   capacity share), single-flight fills from the origin, eviction, background index rebuild,
 //!   uploads.
+//! - [`cluster`]: the pool of several nodes' fleets: membership, ownership, peer reads.
 //! - [`memarts_only`]: the store of memarts-only objects (`write_memarts`) and its on-disk format.
 //! - [`chunk_store`]: the on-disk chunk format and the io_uring / pread engines behind one trait.
 //! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
@@ -24,6 +25,7 @@
 
 pub mod budget;
 pub mod chunk_store;
+pub mod cluster;
 pub mod config;
 pub mod embedded;
 pub mod engine;
