@@ -61,6 +61,16 @@ pub enum Command {
     /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
     /// and how much came from the cache and from the origin.
     Warmup(WarmupArgs),
+    /// The cluster pool this node's fleet is part of.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Every member and its state (alive / suspect / down, since when), and per node the bytes
+    /// served from its SSD, read from peers and fetched from the origin, peer errors and fallbacks.
+    Status(StatusArgs),
 }
 
 #[derive(Args, Debug)]
@@ -145,6 +155,17 @@ pub struct StartArgs {
     /// A missing or invalid file fails the start.
     #[arg(long)]
     pub credentials_file: Option<PathBuf>,
+    /// Join the cluster pool this TOML file describes (secret_file, then [[nodes]] id/address/weight,
+    /// or etcd = [...] and name) [env: MEMARTS_CLUSTER] [config: [cluster] file]
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// This node's id in the cluster file or etcd [env: MEMARTS_NODE_ID] [config: [cluster] node]
+    #[arg(long)]
+    pub node: Option<String>,
+    /// This node's peer address HOST:PORT, registered in etcd (slot k listens on PORT+k)
+    /// [env: MEMARTS_PEER_ADDRESS] [config: [cluster] peer_address]
+    #[arg(long)]
+    pub peer_address: Option<String>,
     /// Seconds to wait for every slot to report ready
     #[arg(long, default_value_t = 30.0)]
     pub ready_timeout: f64,
@@ -201,6 +222,7 @@ pub fn main() -> ExitCode {
         Command::Ls(a) => crate::transfer::ls(&cli.common, a),
         Command::Cp(a) => crate::transfer::cp(&cli.common, a),
         Command::Put(a) => crate::transfer::put(&cli.common, a),
+        Command::Cluster(ClusterCommand::Status(a)) => crate::cluster::status(&cli.common, a),
     };
     match result {
         Ok(code) => code,

@@ -46,7 +46,31 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(path) = &args.credentials_file {
         cfg.origin.credentials_file = Some(crate::settings::absolute(path.clone())?);
     }
+    if args.cluster.is_some() || args.node.is_some() || args.peer_address.is_some() {
+        let cluster = cfg.cluster.get_or_insert_with(|| memarts_proxy::cluster::ClusterSettings {
+            file: PathBuf::new(),
+            node: String::new(),
+            peer_address: None,
+        });
+        if let Some(file) = &args.cluster {
+            cluster.file = file.clone();
+        }
+        if let Some(node) = &args.node {
+            cluster.node = node.clone();
+        }
+        if args.peer_address.is_some() {
+            cluster.peer_address = args.peer_address.clone();
+        }
+    }
+    if let Some(cluster) = &mut cfg.cluster {
+        cluster.file = crate::settings::absolute(cluster.file.clone())?;
+    }
     cfg.validate()?;
+    if let Some(cluster) = &cfg.cluster {
+        // One clear error naming the file or setting rather than one per slot (each slot checks
+        // again when it joins).
+        cluster.resolve(cfg.slots)?;
+    }
     if let Some(path) = &cfg.origin.credentials_file {
         // One clear error naming the file rather than one per slot; each slot reads it again anyway.
         FileCredentialProvider::open(path)?;

@@ -2,6 +2,7 @@
 
 mod access;
 mod cli;
+mod cluster;
 mod data;
 mod fleet;
 mod settings;

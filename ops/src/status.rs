@@ -32,6 +32,12 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         };
     let mut slots = Vec::new();
     let mut all_alive = true;
+    // In a cluster each slot also reports its peer counters (an older fleet has none to give).
+    let cluster: std::collections::HashMap<u32, _> = client
+        .cluster_status(Duration::from_secs(3))
+        .into_iter()
+        .filter_map(|(slot, r)| r.ok().filter(|c| !c.node.is_empty()).map(|c| (slot, c)))
+        .collect();
     for (slot, res) in client.status(Duration::from_secs(3)) {
         let v = match res {
             Ok(s) => json!({
@@ -51,6 +57,14 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 json!({"slot": slot, "pid": pid, "alive": false, "error": e.to_string()})
             }
         };
+        let mut v = v;
+        if let Some(c) = cluster.get(&slot) {
+            v["cluster"] = json!({
+                "node": c.node, "bytes_from_peers": c.bytes_from_peers, "peer_reads": c.peer_reads,
+                "peer_errors": c.peer_errors, "fallbacks": c.fallbacks, "served_chunks": c.served_chunks,
+                "served_bytes": c.served_bytes, "refused_connections": c.refused_connections,
+            });
+        }
         slots.push(v);
     }
     let sum = |k: &str| slots.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();

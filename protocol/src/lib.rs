@@ -8,6 +8,7 @@
 //!   index is its wire tag, so new variants go at the end and old ones are never reordered.
 //! - [`error`]: typed error codes carried on the wire and the framing error type.
 //! - [`spin`]: adaptive busy-polling of a socket before blocking, used by both ends.
+//! - [`peer`]: the node-to-node protocol of the cluster pool (TCP, the same framing).
 //!
 //! A connection starts with `Request::Hello`, answered by `Response::Welcome` or
 //! `Response::Incompatible`; then the client sends one request and reads one response, in lockstep.
@@ -19,6 +20,7 @@ pub mod checksum;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod peer;
 pub mod spin;
 
 pub use checksum::{crc32c, Crc32c};

@@ -187,13 +187,15 @@ pub enum Request {
     ReadMemarts {
         url: String,
     },
+    /// The slot's part of the cluster pool: answered with `ClusterStatus` (empty outside a cluster).
+    ClusterStatus,
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
 /// in one message).
 pub const MAX_BATCH: usize = 64;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Response {
     Welcome(Welcome),
     /// The client's protocol version is not spoken here; the connection is closed after this frame.
@@ -224,6 +226,7 @@ pub enum Response {
     Put(ObjectMeta),
     /// The object was deleted (or did not exist).
     Deleted,
+    ClusterStatus(crate::peer::ClusterStatus),
 }
 
 #[cfg(test)]

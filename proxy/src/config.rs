@@ -80,6 +80,9 @@ pub struct FleetConfig {
     #[serde(deserialize_with = "de_size")]
     pub memory_budget: Option<u64>,
     pub origin: OriginConfig,
+    /// The cluster this node's fleet is part of (`--cluster FILE --node ID`, `MEMARTS_CLUSTER`,
+    /// `MEMARTS_NODE_ID`, or a `[cluster]` table); `None`: a single node, as without the pool.
+    pub cluster: Option<crate::cluster::ClusterSettings>,
 }
 
 /// How to reach the origin and how hard to try.
@@ -151,6 +154,7 @@ impl Default for FleetConfig {
             spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
             memory_budget: None,
             origin: OriginConfig::default(),
+            cluster: None,
         }
     }
 }
@@ -184,6 +188,18 @@ impl FleetConfig {
             self.origin.credentials_file = env.credentials_file.clone();
         }
         set(&mut self.origin.allow_http, &env.allow_http);
+        if env.cluster.is_some() || env.node_id.is_some() || env.peer_address.is_some() {
+            let cluster = self.cluster.get_or_insert_with(|| crate::cluster::ClusterSettings {
+                file: PathBuf::new(),
+                node: String::new(),
+                peer_address: None,
+            });
+            set(&mut cluster.file, &env.cluster);
+            set(&mut cluster.node, &env.node_id);
+            if env.peer_address.is_some() {
+                cluster.peer_address = env.peer_address.clone();
+            }
+        }
     }
 
     /// Checks every field; the error names the field and says what is accepted.
@@ -200,6 +216,18 @@ impl FleetConfig {
         if let Some(cap) = self.capacity {
             if cap < (64 << 20) {
                 return Err(ConfigError::invalid("capacity", "at least 64MiB", format!("{cap} bytes")));
+            }
+        }
+        if let Some(c) = &self.cluster {
+            if !c.file.is_absolute() {
+                return Err(ConfigError::invalid("cluster.file", "an absolute path", c.file.display()));
+            }
+            if c.node.is_empty() {
+                return Err(ConfigError::Invalid {
+                    setting: "cluster.node",
+                    value: None,
+                    expected: "this node's id (--node, MEMARTS_NODE_ID)",
+                });
             }
         }
         if let Some(root) = self.local_roots.iter().find(|r| !r.is_absolute()) {

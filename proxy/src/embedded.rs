@@ -39,6 +39,8 @@ impl Embedded {
     /// [`Embedded::start`] with the private run dir under `base`.
     pub fn start_in(base: &Path, mut cfg: FleetConfig) -> Result<Embedded, StartError> {
         cfg.slots = 1;
+        // A worker's own engine is no member of the node's cluster (only fleets are).
+        cfg.cluster = None;
         remove_leftovers(base);
         let run_dir = new_private_dir(base)
             .map_err(|source| StartError::PrivateRunDir { path: base.join(PREFIX), source })?;

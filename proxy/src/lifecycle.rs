@@ -204,6 +204,21 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         }
         let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
+        if let Some(settings) = &cfg.cluster {
+            // Joined and listening before the slot says it is ready: a bad cluster file or a peer
+            // port in use fails the start, with the reason.
+            let (cluster, peer_listener) = match crate::cluster::start(settings, slot, cfg.slots).await {
+                Ok(started) => started,
+                Err(e) => return fail(e),
+            };
+            engine.join_cluster(cluster.clone());
+            tokio::spawn(crate::cluster::peer_server::serve(
+                peer_listener,
+                engine.clone(),
+                cluster,
+                shutdown.clone(),
+            ));
+        }
         if let Err(e) = watch_signals(shutdown.clone(), socket.clone()) {
             return fail(StartError::Signals(e));
         }

@@ -20,6 +20,16 @@ pub enum StartError {
     /// The fleet config is unreadable or invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// The cluster file, the secret or the membership would not let the slot join.
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::JoinError),
+    /// The slot's peer listener (`host:port + slot`) cannot be bound.
+    #[error("peer listener {address}: {source}")]
+    PeerListener {
+        address: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("slot {slot} is out of range for a fleet of {slots}")]
     SlotOutOfRange { slot: u32, slots: u32 },
     /// The origin could not be set up (e.g. an unusable credentials file).

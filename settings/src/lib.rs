@@ -88,6 +88,9 @@ vars! {
     "AWS_REGION", Fleet, "the endpoint's region (AWS_DEFAULT_REGION too; default us-east-1)";
     "AWS_DEFAULT_REGION", Fleet, "the same as AWS_REGION, when that is unset";
     "AWS_ALLOW_HTTP", Fleet, "1 or true: allow a plain http:// endpoint";
+    "MEMARTS_CLUSTER", Fleet, "the cluster file: this node's fleet is part of a cluster pool";
+    "MEMARTS_NODE_ID", Fleet, "this node's id in the cluster file (or in etcd)";
+    "MEMARTS_PEER_ADDRESS", Fleet, "this node's peer address HOST:PORT (etcd membership; slot k listens on PORT+k)";
     "MEMARTS_CONFIG", Cli, "a TOML config file with any fleet setting";
     "MEMARTS_PROXY_BIN", Cli, "the memarts-proxy binary start_proxy runs (default: next to memarts, else on PATH)";
     "XDG_RUNTIME_DIR", Client, "where the default run dir goes ($XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>)";
@@ -126,6 +129,9 @@ pub struct Settings {
     pub endpoint: Option<String>,
     pub region: Option<String>,
     pub allow_http: Option<bool>,
+    pub cluster: Option<PathBuf>,
+    pub node_id: Option<String>,
+    pub peer_address: Option<String>,
     pub config: Option<PathBuf>,
     pub proxy_bin: Option<PathBuf>,
     /// The run dir and cache dir when nothing else says (from the XDG variables).
@@ -173,6 +179,9 @@ impl Settings {
             endpoint: env.opt("AWS_ENDPOINT_URL", parse::text)?.or(env.opt("AWS_ENDPOINT", parse::text)?),
             region: env.opt("AWS_REGION", parse::text)?.or(env.opt("AWS_DEFAULT_REGION", parse::text)?),
             allow_http: env.opt("AWS_ALLOW_HTTP", parse::flag)?,
+            cluster: env.opt("MEMARTS_CLUSTER", parse::path)?,
+            node_id: env.opt("MEMARTS_NODE_ID", parse::text)?,
+            peer_address: env.opt("MEMARTS_PEER_ADDRESS", parse::text)?,
             config: env.opt("MEMARTS_CONFIG", parse::path)?,
             proxy_bin: env.opt("MEMARTS_PROXY_BIN", parse::path)?,
             default_run_dir: defaults::run_dir(&env.0),

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use memarts_protocol::layout::{fleet_file, socket_path};
+use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{
     meta_owner_slot, ListEntry, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
 };
@@ -262,6 +263,18 @@ impl Client {
                 None => return Ok(out),
             }
         }
+    }
+
+    /// Every slot's part of the cluster pool (empty outside one; an error for a slot that does not
+    /// answer within `timeout`).
+    pub fn cluster_status(&self, timeout: Duration) -> Vec<(u32, Result<ClusterStatus>)> {
+        (0..self.slots())
+            .map(|slot| {
+                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
+                    .and_then(|mut c| expect_answer!(c.call(&Request::ClusterStatus)?.response, "ClusterStatus", Response::ClusterStatus(s) => s));
+                (slot, res)
+            })
+            .collect()
     }
 
     /// Status of every slot (an error for a slot that does not answer within `timeout`).

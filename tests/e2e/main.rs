@@ -7,6 +7,7 @@ mod batch;
 mod cache_hits;
 mod capacity;
 mod cli_data;
+mod cluster;
 mod consistency;
 mod crash_leftovers;
 mod credentials;

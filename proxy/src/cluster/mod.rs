@@ -1,10 +1,183 @@
 //! The cluster pool: the fleets of several nodes form one cache. A chunk has one owning node
 //! (rendezvous hashing over the *registered* members, weighted), and inside it the owning slot as on
 //! one node; a miss on another node is read from the owner over authenticated TCP, so a chunk leaves
-//! the object store once per cluster and the pool holds the sum of the nodes' capacity.
+//! the object store once per cluster and the pool holds the sum of the nodes' capacity. A node that
+//! does not answer is routed around (the next owner, or the origin); ownership never follows
+//! liveness, so a node that comes back owns, and serves, the same chunks again.
 //!
+//! - `config.rs`: this node's settings and the shared cluster file, checked ([`config::Plan`]).
 //! - `members.rs`: who is in the cluster ([`Member`], [`Roster`]).
+//! - `ring.rs`: which node owns a chunk, and who takes over.
+//! - `liveness.rs`: which members reads go to now (alive, suspect, down).
+//! - `auth.rs`: the challenge and response over the cluster secret.
+//! - `peer_client.rs`: reads from other nodes, checked; `peer_server.rs`: this slot's listener.
+//!
+//! The engine asks [`Cluster::owners`] where a chunk is, and reads from a peer or the origin
+//! (`engine/peers.rs`).
 
+pub mod auth;
+pub mod config;
+mod liveness;
 pub mod members;
+pub mod peer_client;
+pub mod peer_server;
+mod ring;
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use memarts_protocol::peer::MemberStatus;
+use tokio::sync::watch;
+
+pub use config::{ClusterError, ClusterSettings, Plan};
 pub use members::{Member, Roster};
+
+use liveness::Liveness;
+use peer_client::PeerClient;
+
+/// A slot's cluster counters (`memarts cluster status`).
+#[derive(Debug, Default)]
+pub struct ClusterStats {
+    pub peer_reads: AtomicU64,
+    pub bytes_from_peers: AtomicU64,
+    pub peer_errors: AtomicU64,
+    pub fallbacks: AtomicU64,
+    pub served_chunks: AtomicU64,
+    pub served_bytes: AtomicU64,
+    pub refused_connections: AtomicU64,
+}
+
+/// One slot's part of the cluster: the plan it joined with, the roster, the liveness of the members,
+/// and its pool of connections to them.
+pub struct Cluster {
+    pub plan: Plan,
+    pub slot: u32,
+    pub slots: u32,
+    roster: watch::Receiver<Roster>,
+    liveness: Liveness,
+    pub peers: PeerClient,
+    pub stats: ClusterStats,
+    /// Keeps the membership (the etcd session) alive as long as the slot.
+    _membership: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+/// Why a slot could not join its cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(transparent)]
+    Config(#[from] ClusterError),
+    #[error("etcd membership: {0}")]
+    Etcd(String),
+}
+
+/// Joins the cluster `settings` name as `slot` of `slots` and binds the slot's peer listener
+/// (`host:port + slot` of this node's address).
+pub async fn start(
+    settings: &ClusterSettings,
+    slot: u32,
+    slots: u32,
+) -> Result<(Arc<Cluster>, tokio::net::TcpListener), crate::StartError> {
+    let plan = settings.resolve(slots).map_err(JoinError::from)?;
+    let address =
+        peer_client::slot_address(&plan.me.address, slot).map_err(|why| crate::StartError::PeerListener {
+            address: plan.me.address.clone(),
+            source: std::io::Error::other(why),
+        })?;
+    let listener = tokio::net::TcpListener::bind(&address)
+        .await
+        .map_err(|source| crate::StartError::PeerListener { address: address.clone(), source })?;
+    let cluster = Cluster::join(plan, slot, slots).await?;
+    tracing::info!(node = cluster.me(), %address, "slot joined the cluster, serving peers");
+    Ok((cluster, listener))
+}
+
+impl Cluster {
+    /// Joins with `plan` as `slot` of `slots`.
+    pub async fn join(plan: Plan, slot: u32, slots: u32) -> Result<Arc<Cluster>, JoinError> {
+        let (roster, membership) = match &plan.membership {
+            config::Membership::Static(members) => {
+                let (tx, rx) = watch::channel(Roster::all_alive(members.clone()));
+                // Nothing ever changes a static roster; the sender lives as long as the receiver needs.
+                let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(tx);
+                (rx, Some(keep))
+            }
+            config::Membership::Etcd { .. } => {
+                return Err(JoinError::Etcd("this build has no etcd membership yet".into()));
+            }
+        };
+        let peers =
+            PeerClient::new(&plan.me.id, plan.secret.clone(), plan.connect_timeout, plan.peer_timeout);
+        Ok(Arc::new(Cluster {
+            liveness: Liveness::new(plan.suspect),
+            peers,
+            plan,
+            slot,
+            slots,
+            roster,
+            stats: ClusterStats::default(),
+            _membership: membership,
+        }))
+    }
+
+    /// The roster now.
+    pub fn roster(&self) -> Roster {
+        self.roster.borrow().clone()
+    }
+
+    pub fn me(&self) -> &str {
+        &self.plan.me.id
+    }
+
+    /// The members a chunk of `placement` may be read from now, in order: its owner first, then the
+    /// next owners, skipping those the membership says are down and those that failed recently. This
+    /// node is always in it (a chunk whose turn comes to us is read from the origin here).
+    pub fn owners(&self, placement: u64) -> Vec<Member> {
+        let roster = self.roster.borrow();
+        ring::owners(&roster.registered, placement)
+            .into_iter()
+            .filter(|m| {
+                m.id == self.plan.me.id || (roster.alive.contains(&m.id) && self.liveness.usable(&m.id))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// The registered owner of `placement`, whatever its liveness.
+    pub fn owner(&self, placement: u64) -> Option<Member> {
+        let roster = self.roster.borrow();
+        ring::owners(&roster.registered, placement).first().map(|m| (*m).clone())
+    }
+
+    pub fn failed(&self, id: &str) {
+        self.liveness.failed(id);
+    }
+
+    pub fn succeeded(&self, id: &str) {
+        self.liveness.succeeded(id);
+    }
+
+    /// Every registered member and its state, as this slot sees it.
+    pub fn members(&self) -> Vec<MemberStatus> {
+        let roster = self.roster.borrow();
+        roster
+            .registered
+            .iter()
+            .map(|m| {
+                let up = m.id == self.plan.me.id || roster.alive.contains(&m.id);
+                let (state, since) = if m.id == self.plan.me.id {
+                    (memarts_protocol::peer::MemberState::Alive, UNIX_EPOCH)
+                } else {
+                    self.liveness.state(&m.id, up)
+                };
+                MemberStatus {
+                    id: m.id.clone(),
+                    address: m.address.clone(),
+                    weight: m.weight,
+                    state,
+                    since_ms: since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64),
+                }
+            })
+            .collect()
+    }
+}

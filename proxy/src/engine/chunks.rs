@@ -15,8 +15,18 @@ use crate::chunk_store::format::{data_offset_for, round_up};
 use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
 
 impl Engine {
-    /// Reads one chunk: a hit from disk or a single-flight fill from the origin.
+    /// Reads one chunk: a hit from disk, or a single-flight fill, from the node that owns it in a
+    /// cluster (`peers.rs`) or from the origin.
     pub async fn read_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<ChunkOutcome, WireError> {
+        self.read_chunk_routed(req, true).await
+    }
+
+    /// [`Engine::read_chunk`]; without `route`, never from a peer (a read a peer asked for).
+    pub(super) async fn read_chunk_routed(
+        self: &Arc<Self>,
+        req: &ChunkRequest,
+        route: bool,
+    ) -> Result<ChunkOutcome, WireError> {
         if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {
             return Err(bad_request(format!(
                 "chunk size {} is outside {MIN_CHUNK_SIZE}..={MAX_CHUNK_SIZE}",
@@ -43,6 +53,7 @@ impl Engine {
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
         let this = self.clone();
+        let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
         let f = self
             .flights
             .join_fallible(id, "the fetch of this chunk", move |leader| async move {
@@ -64,6 +75,13 @@ impl Engine {
                 // Held until the chunk is on disk (end of this block); never while waiting for
                 // anything else that needs the budget, so holders cannot wait on each other.
                 let _held = this.budget.hold(range.end - range.start).await;
+                // In a cluster, from the node that owns it (not kept here), unless that is us.
+                if let Some(req) = &peer_req {
+                    if let Some(read) = this.read_from_peers(req, (id >> 64) as u64).await {
+                        leader.publish(read);
+                        return;
+                    }
+                }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
                 let fetched = fetched
                     .map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data })

@@ -26,10 +26,26 @@ impl Engine {
         self: &Arc<Self>,
         req: &FirstRequest,
     ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
+        self.read_first_routed(req, true).await
+    }
+
+    /// [`Engine::read_first`]; without `route`, never from a peer (a read a peer asked for).
+    pub(super) async fn read_first_routed(
+        self: &Arc<Self>,
+        req: &FirstRequest,
+        route: bool,
+    ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
         let mut known = None;
         if !req.refresh {
             let url = parse_url(&req.url)?;
             known = self.meta.get(&url.to_string());
+            // In a cluster, a cold object's first read goes to the node that owns its chunk 0, which
+            // answers with the metadata and the chunk in one round trip (one GET in the cluster).
+            if known.is_none() && route {
+                if let Some(first) = self.read_first_from_peers(req, &url).await {
+                    return first;
+                }
+            }
             let cold = known.is_none()
                 && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size)
                 && self.is_cold(&url, req.chunk_size);
@@ -60,7 +76,7 @@ impl Engine {
             index: 0,
             recheck: false,
         };
-        let outcome = self.read_chunk(&chunk).await?;
+        let outcome = self.read_chunk_routed(&chunk, route).await?;
         Ok((meta, Some(outcome)))
     }
 

@@ -14,6 +14,7 @@
 //! - `first_read.rs`: an object's metadata and chunk 0 in one round trip, in one GET when cold;
 //! - `rebuild.rs`: the background index rebuild after a start, and the default capacity;
 //! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
+//! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index and LRU), `meta.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
@@ -31,6 +32,7 @@ mod index;
 mod meta;
 mod metadata;
 mod open_chunks;
+mod peers;
 mod rebuild;
 mod status;
 mod uploads;
@@ -141,6 +143,8 @@ pub struct Engine {
     /// Bounds the fills held in memory at once, shared with the slot's connections (R2).
     budget: MemoryBudget,
     pub stats: Stats,
+    /// The cluster this slot is part of, set once before it serves (`peers.rs`).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
@@ -175,6 +179,7 @@ impl Engine {
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
             stats: Stats::default(),
+            cluster: std::sync::OnceLock::new(),
         })
     }
 

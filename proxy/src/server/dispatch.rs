@@ -64,6 +64,10 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
         Request::PutData => put_data(cx, payload).await,
         Request::PutFinish { size, crc32c } => put_finish(cx, size, crc32c).await,
         Request::ReadMemarts { url } => read_memarts(cx, &url).await,
+        Request::ClusterStatus => {
+            let status = cx.engine.cluster_status();
+            cx.answer(Ok(Response::ClusterStatus(status))).await
+        }
     }
 }
 

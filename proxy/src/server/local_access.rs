@@ -57,7 +57,8 @@ impl LocalAccess {
             | Request::PutData
             | Request::PutFinish { .. }
             | Request::PutMemartsStart { .. }
-            | Request::ReadMemarts { .. } => Vec::new(),
+            | Request::ReadMemarts { .. }
+            | Request::ClusterStatus => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

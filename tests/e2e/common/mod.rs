@@ -1,5 +1,6 @@
 //! Shared helpers of the end-to-end tests.
 
+pub mod cluster;
 pub mod fault_relay;
 pub mod files;
 pub mod fleet;

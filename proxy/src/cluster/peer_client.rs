@@ -1,0 +1,348 @@
+//! Reads from other nodes: a pool of authenticated TCP connections per (node, slot), each request
+//! sent to the slot that owns the chunk on that node (its slot count comes with every handshake), and
+//! every reply checked before it is used (C3): the exact length of the chunk's range, and the CRC32C
+//! of the bytes received, computed here.
+//!
+//! A failure to reach or hear from a peer in time is [`PeerError::Unreachable`], which the engine
+//! routes around; a typed answer of the peer (the object is gone, or changed) is the read's answer.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use memarts_protocol::peer::{
+    ClusterStatus, PeerChallenge, PeerRequest, PeerResponse, PEER_PROTOCOL_VERSION,
+};
+use memarts_protocol::{
+    chunk_owner, frame, owner_slot, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Limits,
+    ObjectMeta, ObjectUrl, WireError,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::auth::{nonce, Secret, Side};
+use super::members::Member;
+use crate::engine::Fetched;
+
+/// Connections kept per remote slot.
+const POOL_PER_SLOT: usize = 16;
+
+/// What the peer sends before it has proved itself: small frames only.
+pub const HANDSHAKE_LIMITS: Limits = Limits { max_message: 4 << 10, max_payload: 0 };
+
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// Refused, reset, timed out, a failed handshake, bytes that do not check out: go elsewhere.
+    #[error("peer {node} unreachable: {why}")]
+    Unreachable { node: String, why: String },
+    /// The peer's typed answer (not found, changed, refused by the origin...).
+    #[error("{0}")]
+    Answer(WireError),
+}
+
+pub struct PeerClient {
+    me: String,
+    secret: Secret,
+    connect_timeout: Duration,
+    peer_timeout: Duration,
+    pools: Mutex<HashMap<(String, u32), Vec<TcpStream>>>,
+    /// Each node's slot count, from its last handshake.
+    slots: Mutex<HashMap<String, u32>>,
+}
+
+impl PeerClient {
+    pub fn new(me: &str, secret: Secret, connect_timeout: Duration, peer_timeout: Duration) -> PeerClient {
+        PeerClient {
+            me: me.to_string(),
+            secret,
+            connect_timeout,
+            peer_timeout,
+            pools: Mutex::default(),
+            slots: Mutex::default(),
+        }
+    }
+
+    /// Chunk `req` from `member` (its owning slot there), checked.
+    pub async fn read_chunk(&self, member: &Member, req: &ChunkRequest) -> Result<Fetched, PeerError> {
+        let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
+        let url = ObjectUrl::parse(&req.url).map_err(|e| PeerError::Answer(bad_request(e.to_string())))?;
+        let expected = req.range().map_or(0, |r| r.end - r.start);
+        let slots = self.remote_slots(member).await?;
+        let id = memarts_protocol::chunk_id(&url, &req.etag, req.chunk_size, req.index);
+        let slot = owner_slot(id, slots);
+        let (response, payload) =
+            self.call(member, slot, &PeerRequest::ReadChunk(req.clone()), expected).await?;
+        match response {
+            PeerResponse::Chunk(reply) => check(&reply, payload, expected).map_err(unreachable),
+            PeerResponse::Error(e) => Err(answer_or_unreachable(member, e)),
+            other => Err(unreachable(format!("unexpected answer to ReadChunk: {other:?}"))),
+        }
+    }
+
+    /// An object's metadata and chunk 0 from `member` (the slot owning chunk 0 there).
+    pub async fn read_first(
+        &self,
+        member: &Member,
+        req: &FirstRequest,
+    ) -> Result<(ObjectMeta, Option<Fetched>), PeerError> {
+        let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
+        let url = ObjectUrl::parse(&req.url).map_err(|e| PeerError::Answer(bad_request(e.to_string())))?;
+        let slots = self.remote_slots(member).await?;
+        let slot = chunk_owner(&url, req.chunk_size, 0, slots);
+        let (response, payload) =
+            self.call(member, slot, &PeerRequest::ReadFirst(req.clone()), req.chunk_size).await?;
+        match response {
+            PeerResponse::First { meta, chunk: None } => Ok((meta, None)),
+            PeerResponse::First { meta, chunk: Some(reply) } => {
+                let expected = meta.size.min(req.chunk_size);
+                Ok((meta, Some(check(&reply, payload, expected).map_err(unreachable)?)))
+            }
+            PeerResponse::Error(e) => Err(answer_or_unreachable(member, e)),
+            other => Err(unreachable(format!("unexpected answer to ReadFirst: {other:?}"))),
+        }
+    }
+
+    /// The counters and member view of `slot` on `member`.
+    pub async fn status(&self, member: &Member, slot: u32) -> Result<ClusterStatus, PeerError> {
+        match self.call(member, slot, &PeerRequest::Status, 0).await?.0 {
+            PeerResponse::Status(s) => Ok(s),
+            other => Err(PeerError::Unreachable {
+                node: member.id.clone(),
+                why: format!("unexpected answer to Status: {other:?}"),
+            }),
+        }
+    }
+
+    /// `member`'s slot count, asking its slot 0 if no handshake told it yet.
+    pub async fn remote_slots(&self, member: &Member) -> Result<u32, PeerError> {
+        if let Some(n) = self.slots.lock().unwrap_or_else(|p| p.into_inner()).get(&member.id) {
+            return Ok(*n);
+        }
+        let stream = self.connect(member, 0).await?;
+        self.checkin(member, 0, stream);
+        Ok(self.slots.lock().unwrap_or_else(|p| p.into_inner()).get(&member.id).copied().unwrap_or(1))
+    }
+
+    /// One request on a pooled (else new) connection to `slot` of `member`; a pooled connection that
+    /// fails (the peer restarted) is replaced by a new one once. `max_payload` bounds the reply's bytes.
+    async fn call(
+        &self,
+        member: &Member,
+        slot: u32,
+        request: &PeerRequest,
+        max_payload: u64,
+    ) -> Result<(PeerResponse, Vec<u8>), PeerError> {
+        let deadline = self.peer_timeout + Duration::from_secs_f64(max_payload as f64 / (16u64 << 20) as f64);
+        let pooled = self.checkout(member, slot);
+        let fresh = pooled.is_none();
+        let mut stream = match pooled {
+            Some(s) => s,
+            None => self.connect(member, slot).await?,
+        };
+        let mut result = tokio::time::timeout(deadline, exchange(&mut stream, request, max_payload)).await;
+        if !fresh && !matches!(result, Ok(Ok(_))) {
+            // A connection from before the peer restarted: drop it, and the others to that slot.
+            self.forget(member, slot);
+            stream = self.connect(member, slot).await?;
+            result = tokio::time::timeout(deadline, exchange(&mut stream, request, max_payload)).await;
+        }
+        match result {
+            Ok(Ok(reply)) => {
+                self.checkin(member, slot, stream);
+                Ok(reply)
+            }
+            Ok(Err(why)) => {
+                self.forget_slots(member);
+                Err(PeerError::Unreachable { node: member.id.clone(), why })
+            }
+            Err(_) => Err(PeerError::Unreachable {
+                node: member.id.clone(),
+                why: format!("no answer within {deadline:?}"),
+            }),
+        }
+    }
+
+    /// Connects to `slot` of `member` and authenticates both ways.
+    async fn connect(&self, member: &Member, slot: u32) -> Result<TcpStream, PeerError> {
+        let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
+        let address = slot_address(&member.address, slot).map_err(&unreachable)?;
+        let handshake = async {
+            let mut stream =
+                TcpStream::connect(&address).await.map_err(|e| format!("connect {address}: {e}"))?;
+            stream.set_nodelay(true).map_err(|e| e.to_string())?;
+            let (_, challenge): (_, PeerChallenge) = frame::read_async(&mut stream, HANDSHAKE_LIMITS)
+                .await
+                .map_err(|e| format!("challenge: {e}"))?;
+            if challenge.protocol_version != PEER_PROTOCOL_VERSION {
+                return Err(format!(
+                    "peer speaks peer protocol {}, this node {PEER_PROTOCOL_VERSION}",
+                    challenge.protocol_version
+                ));
+            }
+            let ours = nonce();
+            let proof = self.secret.proof(Side::Client, &challenge.nonce, &ours, &self.me);
+            let hello = PeerRequest::Hello {
+                protocol_version: PEER_PROTOCOL_VERSION,
+                node: self.me.clone(),
+                nonce: ours,
+                proof,
+            };
+            stream
+                .write_all(&frame::encode(&hello, 0).map_err(|e| e.to_string())?)
+                .await
+                .map_err(|e| e.to_string())?;
+            let (_, answer): (_, PeerResponse) = frame::read_async(&mut stream, HANDSHAKE_LIMITS)
+                .await
+                .map_err(|e| format!("welcome: {e}"))?;
+            match answer {
+                PeerResponse::Welcome { node, slots, proof, .. }
+                    if node == member.id
+                        && self.secret.verify(Side::Server, &ours, &challenge.nonce, &node, &proof) =>
+                {
+                    self.slots
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(member.id.clone(), slots.max(1));
+                    Ok(stream)
+                }
+                PeerResponse::Welcome { node, .. } => {
+                    Err(format!("{address} answered as {node:?} without proof of the cluster secret"))
+                }
+                PeerResponse::Refused(e) => Err(format!("refused: {}", e.message)),
+                other => Err(format!("unexpected answer to Hello: {other:?}")),
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, handshake).await {
+            Ok(Ok(stream)) => Ok(stream),
+            Ok(Err(why)) => Err(unreachable(why)),
+            Err(_) => {
+                Err(unreachable(format!("no handshake with {address} within {:?}", self.connect_timeout)))
+            }
+        }
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Vec<TcpStream>>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn checkout(&self, member: &Member, slot: u32) -> Option<TcpStream> {
+        self.pools().get_mut(&(member.id.clone(), slot)).and_then(Vec::pop)
+    }
+
+    fn checkin(&self, member: &Member, slot: u32, stream: TcpStream) {
+        let mut pools = self.pools();
+        let pool = pools.entry((member.id.clone(), slot)).or_default();
+        if pool.len() < POOL_PER_SLOT {
+            pool.push(stream);
+        }
+    }
+
+    fn forget(&self, member: &Member, slot: u32) {
+        self.pools().remove(&(member.id.clone(), slot));
+    }
+
+    /// After a failure the node may have restarted with another slot count: ask again next time.
+    fn forget_slots(&self, member: &Member) {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).remove(&member.id);
+    }
+}
+
+/// `host:port` of slot `slot`: the node's port plus the slot number.
+pub fn slot_address(address: &str, slot: u32) -> Result<String, String> {
+    let (host, port) =
+        address.rsplit_once(':').ok_or_else(|| format!("address {address:?} is not HOST:PORT"))?;
+    let port: u16 = port.parse().map_err(|_| format!("address {address:?} has no port"))?;
+    let port =
+        u16::try_from(u32::from(port) + slot).map_err(|_| format!("no port for slot {slot} of {address}"))?;
+    Ok(format!("{host}:{port}"))
+}
+
+/// Sends `request`, reads the response and its payload (at most `max_payload` bytes).
+async fn exchange(
+    stream: &mut TcpStream,
+    request: &PeerRequest,
+    max_payload: u64,
+) -> Result<(PeerResponse, Vec<u8>), String> {
+    stream
+        .write_all(&frame::encode(request, 0).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let limits = Limits {
+        max_message: Limits::RESPONSE.max_message,
+        max_payload: max_payload.min(u32::MAX.into()) as u32,
+    };
+    let (head, response): (_, PeerResponse) =
+        frame::read_async(stream, limits).await.map_err(|e| e.to_string())?;
+    let mut payload = vec![0u8; head.payload_len as usize];
+    stream
+        .read_exact(&mut payload)
+        .await
+        .map_err(|e| format!("reading {} payload bytes: {e}", head.payload_len))?;
+    Ok((response, payload))
+}
+
+/// The chunk a peer sent, if it is exactly what was asked for: an inline body of `expected` bytes
+/// whose CRC32C, computed here, is the one the peer announced.
+fn check(reply: &ChunkReply, payload: Vec<u8>, expected: u64) -> Result<Fetched, String> {
+    if reply.body != ChunkBody::Inline || reply.len != payload.len() as u64 || reply.len != expected {
+        return Err(format!(
+            "sent {} bytes ({:?}) where {expected} were asked for",
+            payload.len(),
+            reply.body
+        ));
+    }
+    let crc32c = memarts_protocol::crc32c(&payload);
+    if crc32c != reply.crc32c {
+        return Err(format!(
+            "sent bytes whose CRC32C {crc32c:08x} is not the announced {:08x}",
+            reply.crc32c
+        ));
+    }
+    Ok(Fetched { data: Bytes::from(payload), crc32c })
+}
+
+/// A peer that is shutting down or overloaded is routed around like one that is gone; any other typed
+/// answer is the read's.
+fn answer_or_unreachable(member: &Member, e: WireError) -> PeerError {
+    if e.code == ErrorCode::Unavailable {
+        PeerError::Unreachable { node: member.id.clone(), why: e.message }
+    } else {
+        PeerError::Answer(e)
+    }
+}
+
+fn bad_request(msg: String) -> WireError {
+    WireError::new(ErrorCode::BadRequest, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_listen_on_the_nodes_port_plus_their_number() {
+        assert_eq!(slot_address("127.0.0.2:7070", 3).unwrap(), "127.0.0.2:7073");
+        assert_eq!(slot_address("[::1]:7070", 0).unwrap(), "[::1]:7070");
+        assert!(slot_address("h:65535", 1).is_err());
+        assert!(slot_address("nohost", 0).is_err());
+    }
+
+    #[test]
+    fn a_reply_is_used_only_if_its_length_and_crc_check_out() {
+        let data = b"twelve bytes".to_vec();
+        let reply = ChunkReply {
+            len: 12,
+            crc32c: memarts_protocol::crc32c(&data),
+            body: ChunkBody::Inline,
+            from_cache: true,
+        };
+        assert_eq!(check(&reply, data.clone(), 12).unwrap().data, Bytes::from(data.clone()));
+        assert!(check(&reply, data.clone(), 13).is_err(), "not the range asked for");
+        let mut flipped = data.clone();
+        flipped[0] ^= 1;
+        assert!(check(&reply, flipped, 12).unwrap_err().contains("CRC32C"));
+        let fd = ChunkReply { body: ChunkBody::Fd { offset: 0 }, ..reply };
+        assert!(check(&fd, data, 12).is_err());
+    }
+}

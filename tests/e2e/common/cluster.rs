@@ -1,0 +1,115 @@
+//! A cluster pool for a test: `n` nodes, each a real fleet (`memarts start_proxy` with `--cluster`
+//! and `--node`) with its own run dir and cache dir, listening for peers on its own loopback address
+//! (127.0.0.2, 127.0.0.3, ...), all reaching the shared moto origin. A static node list and a secret
+//! file (0600) in the test's temp dir.
+// Shared by the cluster tests and the reliability campaign; each uses a part of it.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use memarts_shim::{Client, ShimConfig};
+
+use super::fleet::Fleet;
+use super::text;
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub file: PathBuf,
+    pub nodes: Vec<Fleet>,
+    pub ids: Vec<String>,
+    pub addresses: Vec<String>,
+    pub slots: u32,
+}
+
+/// A base port whose `slots` ports are free on every one of `ips`.
+fn free_ports(ips: &[String], slots: u32) -> u16 {
+    for _ in 0..200 {
+        let base: u16 = 20_000 + rand::random::<u16>() % 30_000;
+        let free = ips.iter().all(|ip| {
+            (0..slots).all(|s| std::net::TcpListener::bind((ip.as_str(), base + s as u16)).is_ok())
+        });
+        if free {
+            return base;
+        }
+    }
+    panic!("no free peer ports on {ips:?}");
+}
+
+impl Cluster {
+    /// `n` nodes of `slots` slots each, with `extra` lines in the cluster file and `env` for every
+    /// fleet; started.
+    pub fn start(n: usize, slots: u32, extra: &str, env: &[(&str, &str)]) -> Cluster {
+        let c = Cluster::new(n, slots, extra, env);
+        for i in 0..n {
+            c.start_node(i);
+        }
+        c
+    }
+
+    /// The cluster's files and fleets, none started.
+    pub fn new(n: usize, slots: u32, extra: &str, env: &[(&str, &str)]) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("cluster.secret");
+        std::fs::write(&secret, format!("{:032x}\n", rand::random::<u128>())).unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let ips: Vec<String> = (0..n).map(|i| format!("127.0.0.{}", i + 2)).collect();
+        let port = free_ports(&ips, slots);
+        let ids: Vec<String> = (0..n).map(|i| format!("node-{}", (b'a' + i as u8) as char)).collect();
+        let addresses: Vec<String> = ips.iter().map(|ip| format!("{ip}:{port}")).collect();
+        let mut toml = format!("secret_file = {:?}\n{extra}\n", secret.display().to_string());
+        for (id, address) in ids.iter().zip(&addresses) {
+            toml.push_str(&format!("[[nodes]]\nid = \"{id}\"\naddress = \"{address}\"\n"));
+        }
+        let file = dir.path().join("cluster.toml");
+        std::fs::write(&file, toml).unwrap();
+        let nodes = ids
+            .iter()
+            .map(|id| {
+                let mut all: Vec<(&str, &str)> =
+                    vec![("MEMARTS_CLUSTER", file.to_str().unwrap()), ("MEMARTS_NODE_ID", id)];
+                all.extend_from_slice(env);
+                Fleet::new(&all)
+            })
+            .collect();
+        Cluster { dir, file, nodes, ids, addresses, slots }
+    }
+
+    pub fn start_node(&self, i: usize) {
+        self.nodes[i].start_proxy(self.slots);
+    }
+
+    /// A client of node `i`'s fleet.
+    pub fn client(&self, i: usize, chunk_size: u64) -> Client {
+        Client::new(ShimConfig {
+            run_dir: self.nodes[i].run_dir.clone(),
+            chunk_size,
+            parallel: 8,
+            deadline: Duration::from_secs(60),
+            ..ShimConfig::default()
+        })
+        .expect("client")
+    }
+
+    /// `memarts cluster status --json` on node `i`.
+    pub fn status(&self, i: usize) -> serde_json::Value {
+        let out = self.nodes[i].memarts(&["cluster", "status", "--json"]);
+        assert!(out.status.success(), "cluster status: {}{}", text(&out.stdout), text(&out.stderr));
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("cluster status --json: {e}: {}", text(&out.stdout)))
+    }
+
+    /// A counter of `memarts cluster status --json` for node `of`, as node `i` reports it.
+    pub fn counter(&self, i: usize, of: usize, name: &str) -> u64 {
+        let status = self.status(i);
+        let member =
+            status["members"].as_array().unwrap().iter().find(|m| m["id"] == self.ids[of]).unwrap().clone();
+        member["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {member}"))
+    }
+
+    /// Pids of node `i`'s slots.
+    pub fn pids(&self, i: usize) -> Vec<i32> {
+        (0..self.slots).map(|s| self.nodes[i].pid(s)).collect()
+    }
+}
