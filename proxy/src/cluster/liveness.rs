@@ -1,7 +1,9 @@
 //! Which members a slot sends reads to now. A member that failed a read (refused, reset, no answer
 //! within the peer deadline) is *suspect*: reads go around it at once, and it is asked again only
 //! once its back-off has passed (3 s, doubling with each failure in a row up to 16×), so a dead node
-//! costs each slot one failed attempt per back-off, not one per read. A member the membership says is
+//! costs each slot one failed attempt per back-off, not one per read. A suspect member is also probed
+//! in the background once its back-off has passed, so it is seen alive again without waiting for a
+//! read. A member the membership says is
 //! not up (its etcd lease expired), or that kept failing for a minute, is *down*. None of this moves
 //! ownership (C2): the next owner serves a suspect member's chunks until it answers again.
 
@@ -41,6 +43,12 @@ impl Liveness {
     /// Whether a read may go to `id` now: it is not failing, or its back-off has passed.
     pub fn usable(&self, id: &str) -> bool {
         self.failing().get(id).is_none_or(|e| Instant::now() >= e.retry_at)
+    }
+
+    /// The failing members whose back-off has passed: to be asked whether they answer again.
+    pub fn due(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.failing().iter().filter(|(_, e)| now >= e.retry_at).map(|(id, _)| id.clone()).collect()
     }
 
     /// A read from `id` failed.

@@ -62,6 +62,24 @@ pub struct Cluster {
     _membership: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
+/// Asks the suspect members whose back-off has passed whether they answer again (a handshake and a
+/// status request), until the cluster is dropped.
+async fn probe_suspects(cluster: std::sync::Weak<Cluster>) {
+    loop {
+        let Some(c) = cluster.upgrade() else { return };
+        let pause = c.plan.suspect.clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
+        for id in c.liveness.due() {
+            let Some(member) = c.roster().member(&id).cloned() else { continue };
+            match c.peers.status(&member, 0).await {
+                Ok(_) => c.liveness.succeeded(&id),
+                Err(_) => c.liveness.failed(&id),
+            }
+        }
+        drop(c);
+        tokio::time::sleep(pause).await;
+    }
+}
+
 /// Why a slot could not join its cluster.
 #[derive(Debug, thiserror::Error)]
 pub enum JoinError {
@@ -108,7 +126,7 @@ impl Cluster {
         };
         let peers =
             PeerClient::new(&plan.me.id, plan.secret.clone(), plan.connect_timeout, plan.peer_timeout);
-        Ok(Arc::new(Cluster {
+        let cluster = Arc::new(Cluster {
             liveness: Liveness::new(plan.suspect),
             peers,
             plan,
@@ -117,7 +135,9 @@ impl Cluster {
             roster,
             stats: ClusterStats::default(),
             _membership: membership,
-        }))
+        });
+        tokio::spawn(probe_suspects(Arc::downgrade(&cluster)));
+        Ok(cluster)
     }
 
     /// The roster now.

@@ -23,8 +23,12 @@ use super::peer_client::HANDSHAKE_LIMITS;
 use super::Cluster;
 use crate::engine::{Engine, Fetched};
 
-/// Peer connections a slot serves at once; more are closed at once (and counted).
-const MAX_PEER_CONNECTIONS: usize = 512;
+/// Members' connections a slot serves at once; more are refused after their handshake (counted).
+const MAX_MEMBER_CONNECTIONS: usize = 512;
+/// Connections that have not proved themselves yet, at most: past it, the oldest of them is dropped
+/// to make room (counted), so a crowd of strangers that connect and say nothing cannot keep a member
+/// out (a member proves itself within a millisecond or so of connecting).
+const MAX_PENDING: usize = 64;
 /// A client must have proved itself within this long of connecting.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// A member's connection idle this long is closed (its pool reconnects).
@@ -32,14 +36,17 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Sending one reply must take no longer than this.
 const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Connections in their handshake, oldest first, each with the token that drops it.
+#[derive(Default)]
+struct Pending {
+    next: u64,
+    queue: std::collections::VecDeque<(u64, CancellationToken)>,
+}
+
 /// Serves `listener` until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    engine: Arc<Engine>,
-    cluster: Arc<Cluster>,
-    shutdown: CancellationToken,
-) {
-    let permits = Arc::new(Semaphore::new(MAX_PEER_CONNECTIONS));
+pub async fn serve(listener: TcpListener, engine: Arc<Engine>, cluster: Arc<Cluster>, shutdown: CancellationToken) {
+    let members = Arc::new(Semaphore::new(MAX_MEMBER_CONNECTIONS));
+    let pending = Arc::new(std::sync::Mutex::new(Pending::default()));
     let tracker = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
@@ -54,31 +61,53 @@ pub async fn serve(
                 continue;
             }
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%from, "too many peer connections; closing this one");
-            continue;
+        let (id, dropped) = {
+            let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
+            let id = p.next;
+            p.next += 1;
+            let token = shutdown.child_token();
+            p.queue.push_back((id, token.clone()));
+            let oldest = if p.queue.len() > MAX_PENDING { p.queue.pop_front().map(|(_, t)| t) } else { None };
+            (id, (token, oldest))
         };
-        let (engine, cluster, drain) = (engine.clone(), cluster.clone(), shutdown.clone());
+        let (token, oldest) = dropped;
+        if let Some(oldest) = oldest {
+            oldest.cancel();
+        }
+        let (engine, cluster, members, pending) = (engine.clone(), cluster.clone(), members.clone(), pending.clone());
         tracker.spawn(async move {
-            if let Err(why) = connection(stream, &engine, &cluster, &drain).await {
+            let done = |pending: &std::sync::Mutex<Pending>| {
+                pending.lock().unwrap_or_else(|e| e.into_inner()).queue.retain(|(i, _)| *i != id);
+            };
+            if let Err(why) = connection(stream, &engine, &cluster, &members, &token, || done(&pending)).await {
                 tracing::debug!(%from, "peer connection closed: {why}");
             }
-            drop(permit);
+            done(&pending);
         });
     }
     tracker.close();
     let _ = tokio::time::timeout(Duration::from_secs(5), tracker.wait()).await;
 }
 
+/// One peer connection: the handshake (dropped by `drain` if a newer connection needs its place),
+/// then, once `proved` has taken it off the pending list, a member's requests until it leaves.
 async fn connection(
     mut stream: TcpStream,
     engine: &Arc<Engine>,
     cluster: &Cluster,
+    members: &Arc<Semaphore>,
     drain: &CancellationToken,
+    proved: impl FnOnce(),
 ) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
-    let peer = match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, cluster)).await {
+    let shaken = tokio::select! {
+        _ = drain.cancelled() => {
+            cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+            return Err("dropped in its handshake to make room".into());
+        }
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, cluster)) => r,
+    };
+    let peer = match shaken {
         Ok(Ok(node)) => node,
         Ok(Err(why)) => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
@@ -94,6 +123,13 @@ async fn connection(
             tracing::warn!("peer refused: no proof within {HANDSHAKE_TIMEOUT:?}");
             return Err("handshake timed out".into());
         }
+    };
+    proved();
+    let Ok(_permit) = members.clone().try_acquire_owned() else {
+        cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+        let busy = WireError::new(ErrorCode::Unavailable, "too many peer connections to this slot");
+        let _ = send(&mut stream, &PeerResponse::Error(busy), &[]).await;
+        return Err(format!("{peer}: too many member connections"));
     };
     loop {
         let next = tokio::select! {

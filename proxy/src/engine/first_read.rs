@@ -91,8 +91,12 @@ impl Engine {
         // Only the owner of chunk 0 indexes it; another slot (a client routing by an old fleet size)
         // cannot tell.
         let placement = memarts_protocol::placement(url.kind.as_str(), &url.bucket, &url.key, chunk_size, 0);
+        // A HEAD of it in flight means a reader that came before the index was rebuilt is on the slow
+        // way and will fetch chunk 0: join it rather than fetch chunk 0 a second time (R3).
+        let asking = self.heads.running(xxhash_rust::xxh3::xxh3_128(url.to_string().as_bytes()));
         owner_slot(u128::from(placement) << 64, self.info.slots) == self.info.slot
             && self.index_ready.load(Ordering::Acquire)
+            && !asking
             && !self.index().has_placement(placement)
     }
 

@@ -79,6 +79,11 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
         true
     }
 
+    /// Whether a flight for `id` is running.
+    pub fn running(&self, id: u128) -> bool {
+        self.inflight.contains_key(&id)
+    }
+
     pub fn len(&self) -> usize {
         self.inflight.len()
     }

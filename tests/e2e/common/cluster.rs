@@ -108,8 +108,41 @@ impl Cluster {
         member["counters"][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {member}"))
     }
 
+    /// The lines of every node's slot logs that contain `needle` (for a failing test to show).
+    pub fn log_lines(&self, needle: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            for slot in 0..self.slots {
+                let log = std::fs::read_to_string(node.run_dir.join(format!("proxy-{slot}.log"))).unwrap_or_default();
+                out.extend(log.lines().filter(|l| l.contains(needle)).map(|l| format!("{}/{slot}: {l}", self.ids[i])));
+            }
+        }
+        out
+    }
+
     /// Pids of node `i`'s slots.
     pub fn pids(&self, i: usize) -> Vec<i32> {
         (0..self.slots).map(|s| self.nodes[i].pid(s)).collect()
+    }
+
+    /// Sends `signal` to every slot of node `i`.
+    pub fn signal(&self, i: usize, signal: nix::sys::signal::Signal) {
+        for pid in self.pids(i) {
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+        }
+    }
+
+    /// Waits until every member node `i` sees is alive again.
+    pub fn wait_all_alive(&self, i: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self.status(i);
+            let members = status["members"].as_array().unwrap();
+            if members.iter().all(|m| m["state"] == "alive") {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "members never all alive: {status}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
