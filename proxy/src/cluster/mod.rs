@@ -4,7 +4,11 @@
 //! the object store once per cluster and the pool holds the sum of the nodes' capacity.
 //!
 //! - `members.rs`: who is in the cluster ([`Member`], [`Roster`]).
+//! - `roster_snapshot.rs`: the last known roster on disk ([`save_snapshot`], [`load_snapshot`],
+//!   [`keep_saving`]), to start from when etcd is unreachable.
 
 pub mod members;
+pub mod roster_snapshot;
 
 pub use members::{Member, Roster};
+pub use roster_snapshot::{keep_saving, load_snapshot, save_snapshot};
