@@ -3,18 +3,26 @@ CARGO ?= cargo
 PYTHON ?= python3
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build test unit e2e lint fmt demo bench clean deps-test reliability
+.PHONY: all build test unit e2e lint fmt demo bench clean deps-build deps-test reliability
 
 all: build
 
-build:
+build: deps-build
 	$(CARGO) build --release --bins
 
-# Everything the tests need beyond Rust: strace (Debian package), a real S3-protocol server (moto) on loopback, pytest, the
+# What building needs beyond Rust: protoc (Debian package protobuf-compiler), which generates the etcd
+# client's code of the proxy's `etcd` feature (on by default) at build time.
+deps-build:
+	@command -v protoc >/dev/null || { echo "installing protoc (the etcd client is generated at build time)"; \
+		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || { echo "cannot install protoc: install it (apt-get install protobuf-compiler)" >&2; exit 1; }; }
+
+# Everything the tests need beyond Rust: etcd and strace (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
 # DataLoader and checkpoint tests. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
 PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch
-deps-test:
+deps-test: deps-build
+	@command -v etcd >/dev/null || { echo "installing etcd (the etcd membership tests run a real one on loopback)"; \
+		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
 	@command -v strace >/dev/null || { echo "installing strace (the D1/S1 tests read system call order from it)"; \
 		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
 	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
@@ -33,7 +41,7 @@ test: deps-test
 	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
 
 # rustfmt, clippy and rustdoc (broken intra-doc links and the like), all with warnings as errors.
-lint:
+lint: deps-build
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps --workspace --quiet

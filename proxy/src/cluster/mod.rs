@@ -11,17 +11,32 @@
 //! - `liveness.rs`: which members reads go to now (alive, suspect, down).
 //! - `auth.rs`: the challenge and response over the cluster secret.
 //! - `peer_client.rs`: reads from other nodes, checked; `peer_server.rs`: this slot's listener.
+//! - `roster_snapshot.rs`: the last known roster on disk ([`save_snapshot`], [`load_snapshot`],
+//!   [`keep_saving`]), to start from when etcd is unreachable.
+//! - `etcd.rs` (feature `etcd`): membership from etcd for elastic jobs (`EtcdMembership`): its
+//!   key layout, join and leave, reconnection; `etcd_session.rs` one connection's lease renewals and
+//!   watch; `etcd_keys.rs` the keys and the roster read from them; `etcd_tests.rs` its tests
+//!   against a real etcd.
 //!
 //! The engine asks [`Cluster::owners`] where a chunk is, and reads from a peer or the origin
 //! (`engine/peers.rs`).
 
 pub mod auth;
 pub mod config;
+#[cfg(feature = "etcd")]
+pub mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_keys;
+#[cfg(feature = "etcd")]
+mod etcd_session;
+#[cfg(all(test, feature = "etcd"))]
+mod etcd_tests;
 mod liveness;
 pub mod members;
 pub mod peer_client;
 pub mod peer_server;
 mod ring;
+pub mod roster_snapshot;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -31,7 +46,10 @@ use memarts_protocol::peer::MemberStatus;
 use tokio::sync::watch;
 
 pub use config::{ClusterError, ClusterSettings, Plan};
+#[cfg(feature = "etcd")]
+pub use etcd::{EtcdError, EtcdMembership};
 pub use members::{Member, Roster};
+pub use roster_snapshot::{keep_saving, load_snapshot, save_snapshot};
 
 use liveness::Liveness;
 use peer_client::PeerClient;
