@@ -8,6 +8,7 @@ mod cache_hits;
 mod capacity;
 mod cli_data;
 mod cluster;
+mod cluster_etcd;
 mod consistency;
 mod crash_leftovers;
 mod credentials;

@@ -65,11 +65,13 @@ pub struct ClusterFile {
     pub lease_ttl_secs: f64,
 }
 
+// Generous, so that a busy node is not taken for a dead one (Alluxio found 2 s too aggressive): a
+// dead node refuses at once anyway, and a hung one costs each read at most this once.
 fn default_peer_timeout() -> f64 {
-    5.0
+    10.0
 }
 fn default_connect_timeout() -> f64 {
-    1.0
+    2.0
 }
 fn default_suspect() -> f64 {
     3.0
@@ -279,7 +281,7 @@ mod tests {
             ("b", "127.0.0.3:7070", 2.0)
         );
         assert!(matches!(&plan.membership, Membership::Static(m) if m.len() == 3));
-        assert_eq!(plan.peer_timeout, Duration::from_secs(5));
+        assert_eq!(plan.peer_timeout, Duration::from_secs(10));
     }
 
     #[test]

@@ -77,7 +77,87 @@ pub struct Cluster {
     pub peers: PeerClient,
     pub stats: ClusterStats,
     /// Keeps the membership (the etcd session) alive as long as the slot.
-    _membership: Option<Box<dyn std::any::Any + Send + Sync>>,
+    _membership: Keep,
+}
+
+type Keep = Option<Box<dyn std::any::Any + Send + Sync>>;
+
+/// The roster from etcd: joined now, or (with `start_from_last_known` and etcd unreachable) the
+/// roster saved at `snapshot` while joining goes on in the background. The roster this slot routes
+/// by is its own channel, fed by the membership once it is joined.
+#[cfg(feature = "etcd")]
+async fn join_etcd(
+    plan: &Plan,
+    endpoints: &[String],
+    name: &str,
+    start_from_last_known: bool,
+    snapshot: std::path::PathBuf,
+    slot: u32,
+) -> Result<(watch::Receiver<Roster>, Keep), JoinError> {
+    let timeout = plan.connect_timeout.max(std::time::Duration::from_secs(5));
+    let joined = EtcdMembership::join(endpoints, name, &plan.me, slot, plan.lease_ttl, timeout).await;
+    let (first, membership) = match joined {
+        Ok(m) => (m.roster().borrow().clone(), Some(m)),
+        Err(e) if e.retryable() && start_from_last_known => {
+            let last = load_snapshot(&snapshot).map_err(|source| {
+                JoinError::Etcd(format!("{e}; and no last known membership in {}: {source}", snapshot.display()))
+            })?;
+            tracing::warn!("{e}: starting from the last known membership ({}), joining in the background", snapshot.display());
+            (last, None)
+        }
+        Err(e) => return Err(JoinError::Etcd(e.to_string())),
+    };
+    if let Some(dir) = snapshot.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let (tx, rx) = watch::channel(first);
+    let (plan, endpoints, name) = (plan.clone(), endpoints.to_vec(), name.to_string());
+    let task = tokio::spawn(async move {
+        let mut membership = membership;
+        loop {
+            let m = match membership.take() {
+                Some(m) => m,
+                None => match EtcdMembership::join(&endpoints, &name, &plan.me, slot, plan.lease_ttl, timeout).await {
+                    Ok(m) => m,
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                        continue;
+                    }
+                },
+            };
+            m.save_snapshots_to(&snapshot);
+            let mut roster = m.roster();
+            loop {
+                let _ = tx.send(roster.borrow_and_update().clone());
+                if roster.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(AbortOnDrop(task));
+    Ok((rx, Some(keep)))
+}
+
+#[cfg(not(feature = "etcd"))]
+async fn join_etcd(
+    _: &Plan,
+    _: &[String],
+    _: &str,
+    _: bool,
+    _: std::path::PathBuf,
+    _: u32,
+) -> Result<(watch::Receiver<Roster>, Keep), JoinError> {
+    Err(JoinError::Etcd("this build has no etcd membership (cargo feature `etcd`)".into()))
+}
+
+/// Ends the membership task (and so the etcd session it holds) with the slot.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Asks the suspect members whose back-off has passed whether they answer again (a handshake and a
@@ -113,6 +193,7 @@ pub async fn start(
     settings: &ClusterSettings,
     slot: u32,
     slots: u32,
+    cache_dir: &std::path::Path,
 ) -> Result<(Arc<Cluster>, tokio::net::TcpListener), crate::StartError> {
     let plan = settings.resolve(slots).map_err(JoinError::from)?;
     let address =
@@ -123,14 +204,14 @@ pub async fn start(
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .map_err(|source| crate::StartError::PeerListener { address: address.clone(), source })?;
-    let cluster = Cluster::join(plan, slot, slots).await?;
+    let cluster = Cluster::join(plan, slot, slots, &cache_dir.join("v1/cluster")).await?;
     tracing::info!(node = cluster.me(), %address, "slot joined the cluster, serving peers");
     Ok((cluster, listener))
 }
 
 impl Cluster {
-    /// Joins with `plan` as `slot` of `slots`.
-    pub async fn join(plan: Plan, slot: u32, slots: u32) -> Result<Arc<Cluster>, JoinError> {
+    /// Joins with `plan` as `slot` of `slots`; `state_dir` keeps the last roster etcd gave.
+    pub async fn join(plan: Plan, slot: u32, slots: u32, state_dir: &std::path::Path) -> Result<Arc<Cluster>, JoinError> {
         let (roster, membership) = match &plan.membership {
             config::Membership::Static(members) => {
                 let (tx, rx) = watch::channel(Roster::all_alive(members.clone()));
@@ -138,8 +219,9 @@ impl Cluster {
                 let keep: Box<dyn std::any::Any + Send + Sync> = Box::new(tx);
                 (rx, Some(keep))
             }
-            config::Membership::Etcd { .. } => {
-                return Err(JoinError::Etcd("this build has no etcd membership yet".into()));
+            config::Membership::Etcd { endpoints, name, start_from_last_known } => {
+                let snapshot = state_dir.join(format!("{name}.roster.json"));
+                join_etcd(&plan, endpoints, name, *start_from_last_known, snapshot, slot).await?
             }
         };
         let peers =

@@ -48,8 +48,18 @@ impl Cluster {
         c
     }
 
+    /// `n` nodes whose membership is etcd at `endpoint` (cluster `name`), none started: each node
+    /// registers itself with its own `--peer-address` when it starts.
+    pub fn with_etcd(n: usize, slots: u32, endpoint: &str, name: &str, extra: &str) -> Cluster {
+        Cluster::build(n, slots, Some((endpoint, name)), extra, &[])
+    }
+
     /// The cluster's files and fleets, none started.
     pub fn new(n: usize, slots: u32, extra: &str, env: &[(&str, &str)]) -> Cluster {
+        Cluster::build(n, slots, None, extra, env)
+    }
+
+    fn build(n: usize, slots: u32, etcd: Option<(&str, &str)>, extra: &str, env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("cluster.secret");
         std::fs::write(&secret, format!("{:032x}\n", rand::random::<u128>())).unwrap();
@@ -59,16 +69,25 @@ impl Cluster {
         let ids: Vec<String> = (0..n).map(|i| format!("node-{}", (b'a' + i as u8) as char)).collect();
         let addresses: Vec<String> = ips.iter().map(|ip| format!("{ip}:{port}")).collect();
         let mut toml = format!("secret_file = {:?}\n{extra}\n", secret.display().to_string());
-        for (id, address) in ids.iter().zip(&addresses) {
-            toml.push_str(&format!("[[nodes]]\nid = \"{id}\"\naddress = \"{address}\"\n"));
+        match etcd {
+            Some((endpoint, name)) => toml.push_str(&format!("etcd = [\"{endpoint}\"]\nname = \"{name}\"\n")),
+            None => {
+                for (id, address) in ids.iter().zip(&addresses) {
+                    toml.push_str(&format!("[[nodes]]\nid = \"{id}\"\naddress = \"{address}\"\n"));
+                }
+            }
         }
         let file = dir.path().join("cluster.toml");
         std::fs::write(&file, toml).unwrap();
         let nodes = ids
             .iter()
-            .map(|id| {
+            .zip(&addresses)
+            .map(|(id, address)| {
                 let mut all: Vec<(&str, &str)> =
                     vec![("MEMARTS_CLUSTER", file.to_str().unwrap()), ("MEMARTS_NODE_ID", id)];
+                if etcd.is_some() {
+                    all.push(("MEMARTS_PEER_ADDRESS", address));
+                }
                 all.extend_from_slice(env);
                 Fleet::new(&all)
             })

@@ -1,6 +1,7 @@
 //! Shared helpers of the end-to-end tests.
 
 pub mod cluster;
+pub mod etcd;
 pub mod fault_relay;
 pub mod files;
 pub mod fleet;
