@@ -207,10 +207,11 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         if let Some(settings) = &cfg.cluster {
             // Joined and listening before the slot says it is ready: a bad cluster file or a peer
             // port in use fails the start, with the reason.
-            let (cluster, peer_listener) = match crate::cluster::start(settings, slot, cfg.slots, &cfg.cache_dir).await {
-                Ok(started) => started,
-                Err(e) => return fail(e),
-            };
+            let (cluster, peer_listener) =
+                match crate::cluster::start(settings, slot, cfg.slots, &cfg.cache_dir).await {
+                    Ok(started) => started,
+                    Err(e) => return fail(e),
+                };
             engine.join_cluster(cluster.clone());
             tokio::spawn(crate::cluster::peer_server::serve(
                 peer_listener,

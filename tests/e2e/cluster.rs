@@ -64,7 +64,10 @@ fn three_nodes_reading_one_cold_dataset_fetch_each_chunk_once_in_the_cluster() {
         }
         per_key.retain(|_, n| *n > 1);
         let failures = cluster.log_lines("peer read failed");
-        panic!("{gets} origin GETs for {} chunks in the whole cluster: {per_key:#?}\n{failures:#?}", chunks(&data));
+        panic!(
+            "{gets} origin GETs for {} chunks in the whole cluster: {per_key:#?}\n{failures:#?}",
+            chunks(&data)
+        );
     }
     // Each node served about a third from its own SSD or the origin, and read the rest from peers.
     for i in 0..3 {
@@ -108,7 +111,10 @@ fn keep_reading(
     threads
 }
 
-fn stop_and_join(stop: &Arc<std::sync::atomic::AtomicBool>, threads: Vec<std::thread::JoinHandle<usize>>) -> usize {
+fn stop_and_join(
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<usize>>,
+) -> usize {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     threads.into_iter().map(|t| t.join().expect("a reader failed")).sum()
 }
@@ -202,10 +208,10 @@ fn a_dataset_larger_than_one_node_is_served_warm_by_three() {
 
 #[test]
 fn strangers_wrong_secrets_garbage_and_idle_crowds_on_the_peer_port_are_refused_and_members_keep_reading() {
-    use std::io::{Read, Write};
     use memarts_proxy::cluster::auth::Secret;
     use memarts_proxy::cluster::peer_client::{PeerClient, PeerError};
     use memarts_proxy::cluster::Member;
+    use std::io::{Read, Write};
 
     let bucket = moto().bucket("pool-sec");
     let data = dataset(&bucket, 12, 500);
@@ -255,7 +261,9 @@ fn strangers_wrong_secrets_garbage_and_idle_crowds_on_the_peer_port_are_refused_
     let idle: Vec<std::net::TcpStream> =
         (0..1000).filter_map(|_| std::net::TcpStream::connect(&port).ok()).collect();
     read_everywhere(&cluster, &data, 2);
-    let slow = std::thread::spawn(move || send_raw(&[1, 2, 3, 4, 5, 6, 7, 8], Some(std::time::Duration::from_secs(1))));
+    let slow = std::thread::spawn(move || {
+        send_raw(&[1, 2, 3, 4, 5, 6, 7, 8], Some(std::time::Duration::from_secs(1)))
+    });
     drop(idle);
     slow.join().unwrap();
     assert_eq!(moto().gets_settled(&bucket), chunks(&data));
@@ -289,7 +297,10 @@ fn an_object_replaced_while_every_node_reads_it_is_never_served_mixed() {
                 while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                     match client.read(&url) {
                         Ok(got) => {
-                            assert!(versions.lock().unwrap().iter().any(|v| *v == got), "node {node}: a mix of versions");
+                            assert!(
+                                versions.lock().unwrap().iter().any(|v| *v == got),
+                                "node {node}: a mix of versions"
+                            );
                             whole += 1;
                         }
                         Err(memarts_shim::Error::Stale(_)) => stale += 1,
@@ -307,4 +318,27 @@ fn an_object_replaced_while_every_node_reads_it_is_never_served_mixed() {
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     let whole: usize = readers.into_iter().map(|r| r.join().expect("a reader failed").0).sum();
     assert!(whole > 0);
+}
+
+#[test]
+fn start_proxy_refuses_a_bad_cluster_configuration_naming_what_is_wrong() {
+    use std::os::unix::fs::PermissionsExt;
+    let cluster = crate::common::cluster::Cluster::new(2, 1, "", &[]);
+    // An id the file does not list.
+    let out = cluster.nodes[0].memarts(&["start_proxy", "1", "--node", "node-z"]);
+    let err = crate::common::text(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"node-z\" is not in its [[nodes]]"), "{err}");
+    // A secret others can read.
+    let secret = cluster.dir.path().join("cluster.secret");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = cluster.nodes[0].memarts(&["start_proxy", "1"]);
+    let err = crate::common::text(&out.stderr);
+    assert!(!out.status.success() && err.contains("readable by other users"), "{err}");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // A peer port another process holds.
+    let port = cluster.addresses[0].clone();
+    let _squatter = std::net::TcpListener::bind(&port).unwrap();
+    let out = cluster.nodes[0].memarts(&["start_proxy", "1"]);
+    let err = crate::common::text(&out.stderr);
+    assert!(!out.status.success() && err.contains("peer listener") && err.contains(&port), "{err}");
 }

@@ -11,7 +11,8 @@ use crate::common::etcd::Etcd;
 use crate::common::{moto, pattern};
 
 const CS: u64 = 64 << 10;
-const QUICK: &str = "peer_timeout_secs = 2.0\nconnect_timeout_secs = 1.0\nsuspect_secs = 0.5\nlease_ttl_secs = 2.0\n";
+const QUICK: &str =
+    "peer_timeout_secs = 2.0\nconnect_timeout_secs = 1.0\nsuspect_secs = 0.5\nlease_ttl_secs = 2.0\n";
 
 fn dataset(bucket: &str, objects: usize, seed: u64) -> Arc<Vec<(String, Vec<u8>)>> {
     Arc::new(
@@ -45,7 +46,12 @@ fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
 }
 
 /// Readers on `nodes` (2 each) until `stop`, every byte verified; each returns its read count.
-fn readers(cluster: &Cluster, nodes: &[usize], data: &Arc<Vec<(String, Vec<u8>)>>, stop: &Arc<AtomicBool>) -> Vec<std::thread::JoinHandle<usize>> {
+fn readers(
+    cluster: &Cluster,
+    nodes: &[usize],
+    data: &Arc<Vec<(String, Vec<u8>)>>,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<usize>> {
     let mut out = Vec::new();
     for &node in nodes {
         let client = Arc::new(cluster.client(node, CS));
@@ -147,8 +153,55 @@ fn etcd_restarted_under_load_fails_no_read_and_keeps_the_members() {
     assert!(join_all(&stop, running) > 0);
     for i in 0..3 {
         let s = states(&cluster, i);
-        assert!(s.len() == 3 && s.iter().all(|(_, state)| state == "alive"), "node {i} after the restart: {s:?}");
+        assert!(
+            s.len() == 3 && s.iter().all(|(_, state)| state == "alive"),
+            "node {i} after the restart: {s:?}"
+        );
     }
     // Nothing moved: the warm dataset was read without a single origin GET throughout.
     assert_eq!(moto().gets_settled(&bucket), gets, "reads went to the origin while etcd restarted");
+}
+
+#[test]
+fn with_etcd_unreachable_a_node_refuses_to_start_unless_told_to_start_from_the_last_known_members() {
+    let mut etcd = Etcd::start();
+    let bucket = moto().bucket("etcd-last");
+    let data = dataset(&bucket, 12, 900);
+    let cluster = Cluster::with_etcd(
+        2,
+        1,
+        &etcd.endpoint(),
+        "job-last",
+        &format!("{QUICK}start_from_last_known = true\n"),
+    );
+    cluster.start_node(0);
+    cluster.start_node(1);
+    wait_for("a and b see each other", Duration::from_secs(10), || states(&cluster, 0).len() == 2);
+    let warm = Arc::new(AtomicBool::new(false));
+    let running = readers(&cluster, &[0, 1], &data, &warm);
+    std::thread::sleep(Duration::from_millis(800));
+    join_all(&warm, running);
+    let gets = moto().gets_settled(&bucket);
+
+    // Both nodes restart while etcd is down: they start from the members they saved, and serve
+    // each other as before (nothing more from the origin).
+    etcd.kill();
+    for node in &cluster.nodes {
+        node.stop_proxy();
+    }
+    cluster.start_node(0);
+    cluster.start_node(1);
+    assert_eq!(states(&cluster, 0).len(), 2, "node a did not start from the last known members");
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = readers(&cluster, &[0, 1], &data, &stop);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(join_all(&stop, running) > 0);
+    assert_eq!(moto().gets_settled(&bucket), gets, "reads went to the origin after the restart");
+
+    // Without the option, a node does not start blind: a clear error naming etcd.
+    let plain = Cluster::with_etcd(1, 1, &etcd.endpoint(), "job-last-plain", QUICK);
+    let out = plain.nodes[0].memarts(&["start_proxy", "1"]);
+    assert!(!out.status.success(), "a node started with etcd unreachable");
+    let err = crate::common::text(&out.stderr);
+    assert!(err.contains(&etcd.endpoint()) && err.contains("did not answer"), "{err}");
 }

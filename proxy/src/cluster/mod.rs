@@ -100,9 +100,15 @@ async fn join_etcd(
         Ok(m) => (m.roster().borrow().clone(), Some(m)),
         Err(e) if e.retryable() && start_from_last_known => {
             let last = load_snapshot(&snapshot).map_err(|source| {
-                JoinError::Etcd(format!("{e}; and no last known membership in {}: {source}", snapshot.display()))
+                JoinError::Etcd(format!(
+                    "{e}; and no last known membership in {}: {source}",
+                    snapshot.display()
+                ))
             })?;
-            tracing::warn!("{e}: starting from the last known membership ({}), joining in the background", snapshot.display());
+            tracing::warn!(
+                "{e}: starting from the last known membership ({}), joining in the background",
+                snapshot.display()
+            );
             (last, None)
         }
         Err(e) => return Err(JoinError::Etcd(e.to_string())),
@@ -117,13 +123,17 @@ async fn join_etcd(
         loop {
             let m = match membership.take() {
                 Some(m) => m,
-                None => match EtcdMembership::join(&endpoints, &name, &plan.me, slot, plan.lease_ttl, timeout).await {
-                    Ok(m) => m,
-                    Err(_) => {
-                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-                        continue;
+                None => {
+                    match EtcdMembership::join(&endpoints, &name, &plan.me, slot, plan.lease_ttl, timeout)
+                        .await
+                    {
+                        Ok(m) => m,
+                        Err(_) => {
+                            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                            continue;
+                        }
                     }
-                },
+                }
             };
             m.save_snapshots_to(&snapshot);
             let mut roster = m.roster();
@@ -165,7 +175,8 @@ impl Drop for AbortOnDrop {
 async fn probe_suspects(cluster: std::sync::Weak<Cluster>) {
     loop {
         let Some(c) = cluster.upgrade() else { return };
-        let pause = c.plan.suspect.clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
+        let pause =
+            c.plan.suspect.clamp(std::time::Duration::from_millis(100), std::time::Duration::from_secs(5));
         for id in c.liveness.due() {
             let Some(member) = c.roster().member(&id).cloned() else { continue };
             match c.peers.status(&member, 0).await {
@@ -211,7 +222,12 @@ pub async fn start(
 
 impl Cluster {
     /// Joins with `plan` as `slot` of `slots`; `state_dir` keeps the last roster etcd gave.
-    pub async fn join(plan: Plan, slot: u32, slots: u32, state_dir: &std::path::Path) -> Result<Arc<Cluster>, JoinError> {
+    pub async fn join(
+        plan: Plan,
+        slot: u32,
+        slots: u32,
+        state_dir: &std::path::Path,
+    ) -> Result<Arc<Cluster>, JoinError> {
         let (roster, membership) = match &plan.membership {
             config::Membership::Static(members) => {
                 let (tx, rx) = watch::channel(Roster::all_alive(members.clone()));

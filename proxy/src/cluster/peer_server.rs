@@ -44,7 +44,12 @@ struct Pending {
 }
 
 /// Serves `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, engine: Arc<Engine>, cluster: Arc<Cluster>, shutdown: CancellationToken) {
+pub async fn serve(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    cluster: Arc<Cluster>,
+    shutdown: CancellationToken,
+) {
     let members = Arc::new(Semaphore::new(MAX_MEMBER_CONNECTIONS));
     let pending = Arc::new(std::sync::Mutex::new(Pending::default()));
     let tracker = TaskTracker::new();
@@ -74,12 +79,14 @@ pub async fn serve(listener: TcpListener, engine: Arc<Engine>, cluster: Arc<Clus
         if let Some(oldest) = oldest {
             oldest.cancel();
         }
-        let (engine, cluster, members, pending) = (engine.clone(), cluster.clone(), members.clone(), pending.clone());
+        let (engine, cluster, members, pending) =
+            (engine.clone(), cluster.clone(), members.clone(), pending.clone());
         tracker.spawn(async move {
             let done = |pending: &std::sync::Mutex<Pending>| {
                 pending.lock().unwrap_or_else(|e| e.into_inner()).queue.retain(|(i, _)| *i != id);
             };
-            if let Err(why) = connection(stream, &engine, &cluster, &members, &token, || done(&pending)).await {
+            if let Err(why) = connection(stream, &engine, &cluster, &members, &token, || done(&pending)).await
+            {
                 tracing::debug!(%from, "peer connection closed: {why}");
             }
             done(&pending);

@@ -132,8 +132,13 @@ impl Cluster {
         let mut out = Vec::new();
         for (i, node) in self.nodes.iter().enumerate() {
             for slot in 0..self.slots {
-                let log = std::fs::read_to_string(node.run_dir.join(format!("proxy-{slot}.log"))).unwrap_or_default();
-                out.extend(log.lines().filter(|l| l.contains(needle)).map(|l| format!("{}/{slot}: {l}", self.ids[i])));
+                let log = std::fs::read_to_string(node.run_dir.join(format!("proxy-{slot}.log")))
+                    .unwrap_or_default();
+                out.extend(
+                    log.lines()
+                        .filter(|l| l.contains(needle))
+                        .map(|l| format!("{}/{slot}: {l}", self.ids[i])),
+                );
             }
         }
         out

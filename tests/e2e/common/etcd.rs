@@ -19,8 +19,12 @@ fn free_port() -> u16 {
 
 impl Etcd {
     pub fn start() -> Etcd {
-        let mut etcd =
-            Etcd { dir: tempfile::tempdir().unwrap(), client_port: free_port(), peer_port: free_port(), child: None };
+        let mut etcd = Etcd {
+            dir: tempfile::tempdir().unwrap(),
+            client_port: free_port(),
+            peer_port: free_port(),
+            child: None,
+        };
         etcd.spawn();
         etcd
     }
@@ -56,7 +60,11 @@ impl Etcd {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", self.client_port)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not listen on port {} within 20 s", self.client_port);
+            assert!(
+                Instant::now() < deadline,
+                "etcd did not listen on port {} within 20 s",
+                self.client_port
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         // Serving once a key can be written.
