@@ -298,7 +298,7 @@ fn an_object_replaced_while_every_node_reads_it_is_never_served_mixed() {
                     match client.read(&url) {
                         Ok(got) => {
                             assert!(
-                                versions.lock().unwrap().iter().any(|v| *v == got),
+                                versions.lock().unwrap().contains(&got),
                                 "node {node}: a mix of versions"
                             );
                             whole += 1;
