@@ -155,15 +155,15 @@ pub struct StartArgs {
     /// A missing or invalid file fails the start.
     #[arg(long)]
     pub credentials_file: Option<PathBuf>,
-    /// Join the cluster pool this TOML file describes (secret_file, then [[nodes]] id/address/weight,
-    /// or etcd = [...] and name) [env: MEMARTS_CLUSTER] [config: [cluster] file]
+    /// Join the cluster pool this TOML file describes (secret_file, then nodes id/address/weight,
+    /// or etcd = [...] and name) [env: MEMARTS_CLUSTER] [config: cluster.file]
     #[arg(long)]
     pub cluster: Option<PathBuf>,
-    /// This node's id in the cluster file or etcd [env: MEMARTS_NODE_ID] [config: [cluster] node]
+    /// This node's id in the cluster file or etcd [env: MEMARTS_NODE_ID] [config: cluster.node]
     #[arg(long)]
     pub node: Option<String>,
     /// This node's peer address HOST:PORT, registered in etcd (slot k listens on PORT+k)
-    /// [env: MEMARTS_PEER_ADDRESS] [config: [cluster] peer_address]
+    /// [env: MEMARTS_PEER_ADDRESS] [config: cluster.peer_address]
     #[arg(long)]
     pub peer_address: Option<String>,
     /// Seconds to wait for every slot to report ready
