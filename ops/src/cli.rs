@@ -166,6 +166,11 @@ pub struct StartArgs {
     /// [env: MEMARTS_PEER_ADDRESS] [config: cluster.peer_address]
     #[arg(long)]
     pub peer_address: Option<String>,
+    /// Where this node's slots bind HOST:PORT (slot k on PORT+k) when peers dial another address
+    /// (NAT, a container's port mapping, 0.0.0.0:PORT) [env: MEMARTS_PEER_LISTEN]
+    /// [config: cluster.peer_listen] [default: the node's peer address]
+    #[arg(long)]
+    pub peer_listen: Option<String>,
     /// Seconds to wait for every slot to report ready
     #[arg(long, default_value_t = 30.0)]
     pub ready_timeout: f64,

@@ -46,12 +46,12 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(path) = &args.credentials_file {
         cfg.origin.credentials_file = Some(crate::settings::absolute(path.clone())?);
     }
-    if args.cluster.is_some() || args.node.is_some() || args.peer_address.is_some() {
-        let cluster = cfg.cluster.get_or_insert_with(|| memarts_proxy::cluster::ClusterSettings {
-            file: PathBuf::new(),
-            node: String::new(),
-            peer_address: None,
-        });
+    if args.cluster.is_some()
+        || args.node.is_some()
+        || args.peer_address.is_some()
+        || args.peer_listen.is_some()
+    {
+        let cluster = cfg.cluster.get_or_insert_default();
         if let Some(file) = &args.cluster {
             cluster.file = file.clone();
         }
@@ -60,6 +60,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         }
         if args.peer_address.is_some() {
             cluster.peer_address = args.peer_address.clone();
+        }
+        if args.peer_listen.is_some() {
+            cluster.peer_listen = args.peer_listen.clone();
         }
     }
     if let Some(cluster) = &mut cfg.cluster {

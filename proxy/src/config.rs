@@ -188,16 +188,19 @@ impl FleetConfig {
             self.origin.credentials_file = env.credentials_file.clone();
         }
         set(&mut self.origin.allow_http, &env.allow_http);
-        if env.cluster.is_some() || env.node_id.is_some() || env.peer_address.is_some() {
-            let cluster = self.cluster.get_or_insert_with(|| crate::cluster::ClusterSettings {
-                file: PathBuf::new(),
-                node: String::new(),
-                peer_address: None,
-            });
+        if env.cluster.is_some()
+            || env.node_id.is_some()
+            || env.peer_address.is_some()
+            || env.peer_listen.is_some()
+        {
+            let cluster = self.cluster.get_or_insert_default();
             set(&mut cluster.file, &env.cluster);
             set(&mut cluster.node, &env.node_id);
             if env.peer_address.is_some() {
                 cluster.peer_address = env.peer_address.clone();
+            }
+            if env.peer_listen.is_some() {
+                cluster.peer_listen = env.peer_listen.clone();
             }
         }
     }

@@ -91,6 +91,7 @@ vars! {
     "MEMARTS_CLUSTER", Fleet, "the cluster file: this node's fleet is part of a cluster pool";
     "MEMARTS_NODE_ID", Fleet, "this node's id in the cluster file (or in etcd)";
     "MEMARTS_PEER_ADDRESS", Fleet, "this node's peer address HOST:PORT (etcd membership; slot k listens on PORT+k)";
+    "MEMARTS_PEER_LISTEN", Fleet, "where this node's slots bind HOST:PORT, when peers dial another address (NAT, 0.0.0.0)";
     "MEMARTS_CONFIG", Cli, "a TOML config file with any fleet setting";
     "MEMARTS_PROXY_BIN", Cli, "the memarts-proxy binary start_proxy runs (default: next to memarts, else on PATH)";
     "XDG_RUNTIME_DIR", Client, "where the default run dir goes ($XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>)";
@@ -132,6 +133,7 @@ pub struct Settings {
     pub cluster: Option<PathBuf>,
     pub node_id: Option<String>,
     pub peer_address: Option<String>,
+    pub peer_listen: Option<String>,
     pub config: Option<PathBuf>,
     pub proxy_bin: Option<PathBuf>,
     /// The run dir and cache dir when nothing else says (from the XDG variables).
@@ -182,6 +184,7 @@ impl Settings {
             cluster: env.opt("MEMARTS_CLUSTER", parse::path)?,
             node_id: env.opt("MEMARTS_NODE_ID", parse::text)?,
             peer_address: env.opt("MEMARTS_PEER_ADDRESS", parse::text)?,
+            peer_listen: env.opt("MEMARTS_PEER_LISTEN", parse::text)?,
             config: env.opt("MEMARTS_CONFIG", parse::path)?,
             proxy_bin: env.opt("MEMARTS_PROXY_BIN", parse::path)?,
             default_run_dir: defaults::run_dir(&env.0),

@@ -19,7 +19,7 @@ use super::auth::{Secret, MIN_SECRET_LEN};
 use super::members::Member;
 
 /// This node's part: see the module docs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterSettings {
     /// The cluster file.
@@ -30,6 +30,10 @@ pub struct ClusterSettings {
     /// where it is registered; with a static list it comes from the list.
     #[serde(default)]
     pub peer_address: Option<String>,
+    /// Where this node's slots bind (slot `k` on `port + k`) when that is not the address peers dial:
+    /// behind NAT or a container's port mapping, or `0.0.0.0:PORT`. Default: the node's address.
+    #[serde(default)]
+    pub peer_listen: Option<String>,
 }
 
 /// The file every member shares: see the module docs.
@@ -91,6 +95,8 @@ pub enum Membership {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub me: Member,
+    /// Where this node's slots bind: `peer_listen`, else the node's address.
+    pub listen: String,
     pub membership: Membership,
     pub secret: Secret,
     pub peer_timeout: Duration,
@@ -179,7 +185,13 @@ impl ClusterSettings {
                 (me, membership)
             }
         };
+        let listen = self.peer_listen.clone().unwrap_or_else(|| me.address.clone());
+        if let Some(l) = &self.peer_listen {
+            check_address(l, slots)
+                .map_err(|why| invalid(format!("peer listen address (--peer-listen) {l:?}: {why}")))?;
+        }
         Ok(Plan {
+            listen,
             me,
             membership,
             secret,
@@ -227,19 +239,22 @@ fn check_nodes(nodes: &[Member], slots: u32) -> Result<(), String> {
         if !addresses.insert(m.address.as_str()) {
             return Err(format!("address {} appears twice (nodes must not share a peer address)", m.address));
         }
-        let port = m.address.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
-        let Some(port) = port.and_then(|p| p.parse::<u16>().ok()).filter(|p| *p > 0) else {
-            return Err(format!("node {:?}: address {:?} is not HOST:PORT", m.id, m.address));
-        };
-        if u32::from(port) + slots.max(1) - 1 > u32::from(u16::MAX) {
-            return Err(format!(
-                "node {:?}: port {port} leaves no room for {slots} slots (port + slot)",
-                m.id
-            ));
-        }
+        check_address(&m.address, slots).map_err(|why| format!("node {:?}: address {why}", m.id))?;
         if !(m.weight.is_finite() && m.weight > 0.0) {
             return Err(format!("node {:?}: weight must be a positive number, got {}", m.id, m.weight));
         }
+    }
+    Ok(())
+}
+
+/// `HOST:PORT` with room for every slot's port (`port + slot`).
+fn check_address(address: &str, slots: u32) -> Result<(), String> {
+    let port = address.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
+    let Some(port) = port.and_then(|p| p.parse::<u16>().ok()).filter(|p| *p > 0) else {
+        return Err(format!("{address:?} is not HOST:PORT"));
+    };
+    if u32::from(port) + slots.max(1) - 1 > u32::from(u16::MAX) {
+        return Err(format!("{address:?}: port {port} leaves no room for {slots} slots (port + slot)"));
     }
     Ok(())
 }
@@ -268,6 +283,7 @@ mod tests {
             file: file.to_path_buf(),
             node: node.into(),
             peer_address: peer.map(Into::into),
+            peer_listen: None,
         };
         settings.resolve(4)
     }
@@ -338,5 +354,26 @@ mod tests {
         let plan = resolve(&file, "n1", Some("127.0.0.5:7070")).unwrap();
         assert_eq!(plan.me.address, "127.0.0.5:7070");
         assert!(matches!(plan.membership, Membership::Etcd { ref name, .. } if name == "job-42"));
+    }
+
+    #[test]
+    fn slots_bind_the_peer_address_unless_a_listen_address_is_given() {
+        let (_dir, file) = setup(THREE, 0o600);
+        assert_eq!(resolve(&file, "a", None).unwrap().listen, "127.0.0.2:7070");
+        let with = |listen: &str| {
+            let settings = ClusterSettings {
+                file: file.clone(),
+                node: "a".into(),
+                peer_address: None,
+                peer_listen: Some(listen.into()),
+            };
+            settings.resolve(4)
+        };
+        let plan = with("0.0.0.0:9000").unwrap();
+        assert_eq!((plan.listen.as_str(), plan.me.address.as_str()), ("0.0.0.0:9000", "127.0.0.2:7070"));
+        let err = with("0.0.0.0").unwrap_err().to_string();
+        assert!(err.contains("--peer-listen") && err.contains("HOST:PORT"), "{err}");
+        let err = with("0.0.0.0:65534").unwrap_err().to_string();
+        assert!(err.contains("no room for 4 slots"), "{err}");
     }
 }

@@ -199,7 +199,7 @@ pub enum JoinError {
 }
 
 /// Joins the cluster `settings` name as `slot` of `slots` and binds the slot's peer listener
-/// (`host:port + slot` of this node's address).
+/// (`host:port + slot` of this node's listen address, by default its peer address).
 pub async fn start(
     settings: &ClusterSettings,
     slot: u32,
@@ -207,11 +207,9 @@ pub async fn start(
     cache_dir: &std::path::Path,
 ) -> Result<(Arc<Cluster>, tokio::net::TcpListener), crate::StartError> {
     let plan = settings.resolve(slots).map_err(JoinError::from)?;
-    let address =
-        peer_client::slot_address(&plan.me.address, slot).map_err(|why| crate::StartError::PeerListener {
-            address: plan.me.address.clone(),
-            source: std::io::Error::other(why),
-        })?;
+    let address = peer_client::slot_address(&plan.listen, slot).map_err(|why| {
+        crate::StartError::PeerListener { address: plan.listen.clone(), source: std::io::Error::other(why) }
+    })?;
     let listener = tokio::net::TcpListener::bind(&address)
         .await
         .map_err(|source| crate::StartError::PeerListener { address: address.clone(), source })?;
