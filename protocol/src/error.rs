@@ -64,4 +64,8 @@ pub enum FrameError {
     /// The socket failed, or closed in the middle of a frame.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// A checked frame (the peer protocol's) whose head and message do not match their CRC32C: it was
+    /// damaged on the way.
+    #[error("frame damaged in transit: CRC32C {got:08x}, announced {want:08x}")]
+    Damaged { got: u32, want: u32 },
 }

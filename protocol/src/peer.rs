@@ -16,7 +16,7 @@ use crate::error::WireError;
 use crate::message::{ChunkReply, ChunkRequest, FirstRequest, ObjectMeta};
 
 /// The peer protocol version this build speaks.
-pub const PEER_PROTOCOL_VERSION: u32 = 1;
+pub const PEER_PROTOCOL_VERSION: u32 = 2;
 
 /// Bytes of a nonce and of a proof (HMAC-SHA256).
 pub const PEER_NONCE_LEN: usize = 32;

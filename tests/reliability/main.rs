@@ -11,6 +11,7 @@
 #[allow(dead_code, unused_imports)]
 mod common;
 
+mod cluster;
 mod disk;
 mod origin;
 mod protocol;
@@ -42,8 +43,13 @@ impl Scale {
 
 type Campaign = fn(Scale) -> Vec<Row>;
 
-const CAMPAIGNS: &[(&str, Campaign)] =
-    &[("proxies", proxies::run), ("origin", origin::run), ("disk", disk::run), ("protocol", protocol::run)];
+const CAMPAIGNS: &[(&str, Campaign)] = &[
+    ("proxies", proxies::run),
+    ("origin", origin::run),
+    ("disk", disk::run),
+    ("protocol", protocol::run),
+    ("cluster", cluster::run),
+];
 
 /// Lets this process (and the proxies it starts) hold the campaign's many connections.
 fn raise_open_files() {

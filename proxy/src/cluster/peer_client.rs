@@ -125,7 +125,8 @@ impl PeerClient {
     }
 
     /// One request on a pooled (else new) connection to `slot` of `member`; a pooled connection that
-    /// fails (the peer restarted) is replaced by a new one once. `max_payload` bounds the reply's bytes.
+    /// fails (the peer restarted) is replaced by a new one once, but one that does not answer in time
+    /// is not tried again: a hung peer costs one deadline. `max_payload` bounds the reply's bytes.
     async fn call(
         &self,
         member: &Member,
@@ -141,7 +142,7 @@ impl PeerClient {
             None => self.connect(member, slot).await?,
         };
         let mut result = tokio::time::timeout(deadline, exchange(&mut stream, request, max_payload)).await;
-        if !fresh && !matches!(result, Ok(Ok(_))) {
+        if !fresh && matches!(result, Ok(Err(_))) {
             // A connection from before the peer restarted: drop it, and the others to that slot.
             self.forget(member, slot);
             stream = self.connect(member, slot).await?;
@@ -171,7 +172,7 @@ impl PeerClient {
             let mut stream =
                 TcpStream::connect(&address).await.map_err(|e| format!("connect {address}: {e}"))?;
             stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let (_, challenge): (_, PeerChallenge) = frame::read_async(&mut stream, HANDSHAKE_LIMITS)
+            let (_, challenge): (_, PeerChallenge) = frame::read_checked_async(&mut stream, HANDSHAKE_LIMITS)
                 .await
                 .map_err(|e| format!("challenge: {e}"))?;
             if challenge.protocol_version != PEER_PROTOCOL_VERSION {
@@ -189,10 +190,10 @@ impl PeerClient {
                 proof,
             };
             stream
-                .write_all(&frame::encode(&hello, 0).map_err(|e| e.to_string())?)
+                .write_all(&frame::encode_checked(&hello, 0).map_err(|e| e.to_string())?)
                 .await
                 .map_err(|e| e.to_string())?;
-            let (_, answer): (_, PeerResponse) = frame::read_async(&mut stream, HANDSHAKE_LIMITS)
+            let (_, answer): (_, PeerResponse) = frame::read_checked_async(&mut stream, HANDSHAKE_LIMITS)
                 .await
                 .map_err(|e| format!("welcome: {e}"))?;
             match answer {
@@ -265,7 +266,7 @@ async fn exchange(
     max_payload: u64,
 ) -> Result<(PeerResponse, Vec<u8>), String> {
     stream
-        .write_all(&frame::encode(request, 0).map_err(|e| e.to_string())?)
+        .write_all(&frame::encode_checked(request, 0).map_err(|e| e.to_string())?)
         .await
         .map_err(|e| e.to_string())?;
     let limits = Limits {
@@ -273,7 +274,7 @@ async fn exchange(
         max_payload: max_payload.min(u32::MAX.into()) as u32,
     };
     let (head, response): (_, PeerResponse) =
-        frame::read_async(stream, limits).await.map_err(|e| e.to_string())?;
+        frame::read_checked_async(stream, limits).await.map_err(|e| e.to_string())?;
     let mut payload = vec![0u8; head.payload_len as usize];
     stream
         .read_exact(&mut payload)
@@ -302,13 +303,15 @@ fn check(reply: &ChunkReply, payload: Vec<u8>, expected: u64) -> Result<Fetched,
     Ok(Fetched { data: Bytes::from(payload), crc32c })
 }
 
-/// A peer that is shutting down or overloaded is routed around like one that is gone; any other typed
-/// answer is the read's.
+/// What the peer says of the object or the origin (gone, changed, refused, failing after its retries)
+/// is the read's answer; anything else (shutting down, overloaded, no room, a request it could not
+/// read, a bug of its own) is routed around like a peer that is gone.
 fn answer_or_unreachable(member: &Member, e: WireError) -> PeerError {
-    if e.code == ErrorCode::Unavailable {
-        PeerError::Unreachable { node: member.id.clone(), why: e.message }
-    } else {
-        PeerError::Answer(e)
+    match e.code {
+        ErrorCode::NotFound | ErrorCode::Stale | ErrorCode::PermissionDenied | ErrorCode::OriginError => {
+            PeerError::Answer(e)
+        }
+        _ => PeerError::Unreachable { node: member.id.clone(), why: format!("{:?}: {}", e.code, e.message) },
     }
 }
 

@@ -120,7 +120,7 @@ async fn connection(
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("peer refused: {why}");
             let refused = PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, why.clone()));
-            if let Ok(bytes) = frame::encode(&refused, 0) {
+            if let Ok(bytes) = frame::encode_checked(&refused, 0) {
                 let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&bytes)).await;
             }
             return Err(why);
@@ -141,7 +141,7 @@ async fn connection(
     loop {
         let next = tokio::select! {
             _ = drain.cancelled() => return Ok(()),
-            r = tokio::time::timeout(IDLE_TIMEOUT, frame::read_async::<PeerRequest, _>(&mut stream, Limits::REQUEST)) => r,
+            r = tokio::time::timeout(IDLE_TIMEOUT, frame::read_checked_async::<PeerRequest, _>(&mut stream, Limits::REQUEST)) => r,
         };
         let request = match next {
             Err(_) => return Ok(()),
@@ -193,7 +193,7 @@ async fn handshake(stream: &mut TcpStream, cluster: &Cluster) -> Result<String, 
     let ours = nonce();
     let challenge = PeerChallenge { protocol_version: PEER_PROTOCOL_VERSION, nonce: ours };
     send(stream, &challenge, &[]).await?;
-    let (head, hello) = frame::read_async::<PeerRequest, _>(stream, HANDSHAKE_LIMITS)
+    let (head, hello) = frame::read_checked_async::<PeerRequest, _>(stream, HANDSHAKE_LIMITS)
         .await
         .map_err(|e| format!("bad first frame: {e}"))?;
     let PeerRequest::Hello { protocol_version, node, nonce: theirs, proof } = hello else {
@@ -233,7 +233,7 @@ async fn send<T: serde::Serialize>(
     message: &T,
     payload: &[u8],
 ) -> Result<(), String> {
-    let head = frame::encode(message, payload.len()).map_err(|e| e.to_string())?;
+    let head = frame::encode_checked(message, payload.len()).map_err(|e| e.to_string())?;
     let write = async {
         stream.write_all(&head).await?;
         stream.write_all(payload).await

@@ -24,7 +24,7 @@ pub struct Cluster {
 }
 
 /// A base port whose `slots` ports are free on every one of `ips`.
-fn free_ports(ips: &[String], slots: u32) -> u16 {
+pub fn free_ports(ips: &[String], slots: u32) -> u16 {
     for _ in 0..200 {
         let base: u16 = 20_000 + rand::random::<u16>() % 30_000;
         let free = ips.iter().all(|ip| {
