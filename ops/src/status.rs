@@ -32,12 +32,20 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         };
     let mut slots = Vec::new();
     let mut all_alive = true;
-    // In a cluster each slot also reports its peer counters (an older fleet has none to give).
-    let cluster: std::collections::HashMap<u32, _> = client
-        .cluster_status(Duration::from_secs(3))
-        .into_iter()
-        .filter_map(|(slot, r)| r.ok().filter(|c| !c.node.is_empty()).map(|c| (slot, c)))
-        .collect();
+    // In a cluster each slot also reports its peer counters; a fleet outside one is not asked.
+    let in_cluster = std::fs::read(cfg.run_dir.join("fleet.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|fleet| fleet["cluster"].is_object());
+    let cluster: std::collections::HashMap<u32, _> = if in_cluster {
+        client
+            .cluster_status(Duration::from_secs(3))
+            .into_iter()
+            .filter_map(|(slot, r)| r.ok().filter(|c| !c.node.is_empty()).map(|c| (slot, c)))
+            .collect()
+    } else {
+        Default::default()
+    };
     for (slot, res) in client.status(Duration::from_secs(3)) {
         let v = match res {
             Ok(s) => json!({
