@@ -145,6 +145,18 @@ pub async fn read_async<T: DeserializeOwned, R: tokio::io::AsyncRead + Unpin>(
     limits: Limits,
 ) -> Result<(FrameHead, T), FrameError> {
     use tokio::io::AsyncReadExt;
+    let head = FrameHead::decode(read_head_async(reader).await?, limits)?;
+    let mut body = vec![0u8; head.message_len as usize];
+    reader.read_exact(&mut body).await?;
+    Ok((head, decode_message(&body)?))
+}
+
+/// The head's bytes, distinguishing a clean close (nothing read) from a torn frame.
+#[cfg(feature = "async")]
+async fn read_head_async<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut R,
+) -> Result<[u8; FRAME_HEAD_LEN], FrameError> {
+    use tokio::io::AsyncReadExt;
     let mut head = [0u8; FRAME_HEAD_LEN];
     let mut filled = 0;
     while filled < FRAME_HEAD_LEN {
@@ -154,10 +166,7 @@ pub async fn read_async<T: DeserializeOwned, R: tokio::io::AsyncRead + Unpin>(
             n => filled += n,
         }
     }
-    let head = FrameHead::decode(head, limits)?;
-    let mut body = vec![0u8; head.message_len as usize];
-    reader.read_exact(&mut body).await?;
-    Ok((head, decode_message(&body)?))
+    Ok(head)
 }
 
 /// Length of the CRC32C that ends the head and message of a checked frame.
@@ -183,15 +192,7 @@ pub async fn read_checked_async<T: DeserializeOwned, R: tokio::io::AsyncRead + U
     limits: Limits,
 ) -> Result<(FrameHead, T), FrameError> {
     use tokio::io::AsyncReadExt;
-    let mut raw = [0u8; FRAME_HEAD_LEN];
-    let mut filled = 0;
-    while filled < FRAME_HEAD_LEN {
-        match reader.read(&mut raw[filled..]).await? {
-            0 if filled == 0 => return Err(FrameError::Closed),
-            0 => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
-            n => filled += n,
-        }
-    }
+    let raw = read_head_async(reader).await?;
     let head = FrameHead::decode(raw, limits)?;
     let mut body = vec![0u8; FRAME_HEAD_LEN + head.message_len as usize + CHECK_LEN];
     body[..FRAME_HEAD_LEN].copy_from_slice(&raw);
