@@ -18,7 +18,7 @@ dataset: many objects of a few MiB (random bytes, fixed seed), uploaded to moto 
 Measurements, each against a reference measured in the same run:
 
 1. cluster_origin_bytes_per_dataset_byte: the 3 nodes of the pool read the dataset cold at the same
-   time; bytes of the origin's responses as counted by the relay (bodies and headers, HEADs included) /
+   time; bytes of the origin's responses as counted by the relay (bodies and headers, any HEADs included) /
    dataset bytes (goal <= 1.02: a chunk leaves the store once per cluster). Reference: 3 independent
    fleets (no --cluster) doing the same (about 3). The proxies' own bytes_from_origin are recorded too.
 2. cluster_cold_epoch_time_vs_independent: wall time of that cold epoch (every node starts at once; until
@@ -32,10 +32,13 @@ Measurements, each against a reference measured in the same run:
 Every epoch records bytes, seconds, MB/s, the relay's requests and bytes, the origin requests in the
 proxies' request logs (`<run dir>/origin-<slot>.log`), every node's counters (`memarts status --json`;
 for the pool also `memarts cluster status --json`, as node 0 sees every member) and the CPU seconds of
-the proxies and readers, each as a delta over the epoch.
+the proxies and readers, each as a delta over the epoch; and when the epoch's origin requests ran (first
+start, last end, mean in flight, how busy the link was), from the request logs. `cold_notes` and
+`warm_notes` in the results put these together: where a cold epoch's time went against the link alone,
+and what bounds the warm pool epoch.
 
-Scale: BENCH_SCALE=small: 72 objects of 1-6 MiB (about 250 MiB), W = 2, P = 2 (under 2 minutes on a 2-core
-VM); otherwise 448 objects (about 1.5 GiB), W = 4, P = 2 (a few minutes: the independent cold epoch moves
+Scale: BENCH_SCALE=small: 72 objects of 1-6 MiB (about 270 MiB), W = 2, P = 2, R = 5 (under 2 minutes on a 2-core
+VM); otherwise 448 objects (about 1.6 GiB), W = 4, P = 2, R = 3 (a few minutes: the independent cold epoch moves
 4.5 GiB over the 50 MB/s link).
 """
 
@@ -135,22 +138,27 @@ def check(ds, what, got):
 # ---------------------------------------------------------------- readers
 
 
-def _worker_init(run_dir):
+def _worker_init(run_dir, ready):
     os.environ.update(compare.WORKER_ENV, MEMARTS_RUN_DIR=run_dir)
     import memarts as mox
 
     mox.file.mode()  # creates this process's client before the first timed read
+    ready.put(os.getpid())
 
 
 def _read_share(share):
-    """Reads [(index, url)] through the node's fleet; returns ([(index, length, crc32)], mode)."""
+    """Reads [(index, url)] through the node's fleet; returns ([(index, length, crc32)], mode, unix times
+    of the call and of the end of its first read)."""
     import memarts as mox
 
+    called = time.time()
+    first = None
     out = []
     for i, url in share:
         data = mox.file.read(url, binary=True)
+        first = first or time.time()
         out.append((i, len(data), zlib.crc32(data)))
-    return out, mox.file.mode()
+    return out, mox.file.mode(), (called, first)
 
 
 def crc32_s_per_gb():
@@ -215,9 +223,12 @@ class Node:
             raise SystemExit(f"cluster_bench: `memarts start_proxy {proxies}` of {self.name} failed "
                              f"({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
         self.running = True
-        self.pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_worker_init,
-                                                              initargs=(self.run_dir,))
+        ctx = multiprocessing.get_context("spawn")
+        ready = ctx.Queue()
+        self.pool = ctx.Pool(workers, initializer=_worker_init, initargs=(self.run_dir, ready))
         self.workers = workers
+        for _ in range(workers):  # spawned and initialised: an epoch must not time interpreters starting
+            ready.get(timeout=120)
 
     def proxy_pids(self):
         pids = []
@@ -240,6 +251,20 @@ class Node:
                         op = line.split(" ", 2)[1]
                         ops[op] = ops.get(op, 0) + 1
         return ops
+
+    def origin_attempts(self, since):
+        """(start, end) unix times of the origin request attempts in the slots' logs that ended after
+        `since` (a line is written when its attempt ends, with its duration)."""
+        out = []
+        for name in os.listdir(self.run_dir):
+            if name.startswith("origin-") and name.endswith(".log"):
+                with open(os.path.join(self.run_dir, name)) as f:
+                    for line in f:
+                        fields = line.split()
+                        end, took = float(fields[0]), float(fields[-1].removesuffix("ms")) / 1000
+                        if end >= since:
+                            out.append((end - took, end))
+        return out
 
     def wait_all_alive(self, timeout=30):
         """Waits until this node sees every member of the pool alive (a read must not route around a
@@ -299,6 +324,30 @@ def delta(after, before):
     return after
 
 
+def origin_timeline(counted, wall_start, seconds, origin_bytes, link):
+    """When the epoch's origin requests ran (from the proxies' request logs), relative to its start:
+    the first one's start, the last one's end, the time after it (reads from caches and peers only), the
+    mean number of requests in flight while any ran (and over the last tenth of that time), and how busy
+    the shared link was over the epoch and while requests ran."""
+    attempts = [a for node in counted for a in node.origin_attempts(wall_start)]
+    if not attempts:
+        return None
+    first, last = min(a for a, _ in attempts), max(b for _, b in attempts)
+
+    def in_flight(lo, hi):
+        return sum(max(0, min(b, hi) - max(a, lo)) for a, b in attempts) / (hi - lo) if hi > lo else None
+
+    def busy(span):
+        return origin_bytes / (link["mbps_total"] * 1e6 * span) if link["mbps_total"] > 0 and span > 0 else None
+
+    return {"attempts": len(attempts), "first_request_s": round(first - wall_start, 3),
+            "last_response_s": round(last - wall_start, 3),
+            "after_last_response_s": round(seconds - (last - wall_start), 3),
+            "mean_in_flight": in_flight(first, last),
+            "mean_in_flight_last_tenth": in_flight(last - (last - first) / 10, last),
+            "link_busy": busy(seconds), "link_busy_while_requests_ran": busy(last - first)}
+
+
 def epoch(readers, counted, ds, relay_stop, seed, what):
     """Every node of `readers` reads the whole dataset at the same time (each its own order). Counters are
     taken over `counted` (every running node: a pool node serves its peers while others read). Returns
@@ -306,7 +355,7 @@ def epoch(readers, counted, ds, relay_stop, seed, what):
     before = snapshot(counted, relay_stop)
     finished = {}
     jobs = []
-    start = time.perf_counter()
+    start, wall_start = time.perf_counter(), time.time()
     for k, node in enumerate(readers):
         jobs.append(node.pool.map_async(
             _read_share, node.shares(ds, seed + k), chunksize=1,
@@ -314,17 +363,23 @@ def epoch(readers, counted, ds, relay_stop, seed, what):
     results = [job.get(timeout=3600) for job in jobs]
     seconds = max(finished.values()) - start
     for node, result in zip(readers, results, strict=True):
-        modes = {mode for _, mode in result}
+        modes = {mode for _, mode, _ in result}
         if modes != {"proxy"}:
             raise AssertionError(f"{what}: the readers of {node.name} are in mode {modes}, not proxy")
-        check(ds, f"{what}, {node.name}", [x for got, _ in result for x in got])
+        check(ds, f"{what}, {node.name}", [x for got, _, _ in result for x in got])
     counters = delta(snapshot(counted, relay_stop), before)
     read = ds.total * len(readers)
+    times = [t for result in results for _, _, t in result]
+    readers_timeline = {"last_called_s": round(max(c for c, _ in times) - wall_start, 3),
+                        "first_read_done_s": round(min(f for _, f in times if f) - wall_start, 3)}
     return {"nodes_reading": len(readers), "bytes_read": read, "seconds": seconds,
             "mbs_per_node": ds.total / seconds / 1e6, "mbs_total": read / seconds / 1e6,
             "node_seconds": {name: t - start for name, t in sorted(finished.items())},
             "origin_bytes": counters["relay"]["bytes_down"], "origin_requests": counters["relay"]["requests"],
             "origin_bytes_per_dataset_byte": counters["relay"]["bytes_down"] / ds.total,
+            "readers": readers_timeline,
+            "origin_timeline": origin_timeline(counted, wall_start, seconds, counters["relay"]["bytes_down"],
+                                               relay_stop.params),
             "relay": counters["relay"], "nodes": counters["nodes"]}
 
 
@@ -345,6 +400,20 @@ def warm_epochs(pool_node, local_node, counted, ds, relay_stop, reps):
 
 
 # ---------------------------------------------------------------- setup
+
+
+def link_self_check(direct, endpoint, params, tries=3):
+    """relay.self_check, retried: on a shared machine one slow HEAD straight to moto can make the relay's
+    added latency look too small."""
+    for attempt in range(tries):
+        try:
+            return relay.self_check(direct, endpoint, params)
+        except RuntimeError as e:
+            if attempt == tries - 1:
+                raise
+            print(f"  {e}; again", flush=True)
+            time.sleep(1)
+    return None
 
 
 def free_base_port(ips, slots):
@@ -455,6 +524,37 @@ def warm_notes(res, ds, crc_cost):
             "crc32_cpu_s_per_gb": crc_cost, "cores": os.cpu_count(), "text": text}
 
 
+def cold_notes(res, link):
+    """Where the cold epochs' time went, against what the shared link alone would take."""
+    out = {}
+    for kind in ("pool", "independent"):
+        cold = res[kind]["cold"]
+        line = cold["origin_timeline"] or {}
+        out[kind] = {"seconds": cold["seconds"], "link_only_seconds": cold["origin_bytes"] / (link["mbps_total"] * 1e6),
+                     "first_request_s": line.get("first_request_s"), "link_busy": line.get("link_busy"),
+                     "link_busy_while_requests_ran": line.get("link_busy_while_requests_ran"),
+                     "mean_in_flight": line.get("mean_in_flight"),
+                     "mean_in_flight_last_tenth": line.get("mean_in_flight_last_tenth")}
+    p, i = out["pool"], out["independent"]
+
+    def pct(v):
+        return "n/a" if v is None else f"{v:.0%}"
+
+    out["text"] = (
+        f"Over the shared link alone the pool's cold epoch would take {p['link_only_seconds']:.1f} s and the "
+        f"independent fleets' {i['link_only_seconds']:.1f} s (a ratio of 1/3); measured {p['seconds']:.1f} s and "
+        f"{i['seconds']:.1f} s (first origin request after {p['first_request_s']} s / {i['first_request_s']} s). "
+        f"The link was busy {pct(p['link_busy'])} of the pool's epoch ({pct(p['link_busy_while_requests_ran'])} "
+        f"while requests ran; {p['mean_in_flight']:.1f} requests in flight on average, "
+        f"{p['mean_in_flight_last_tenth']:.1f} in the last tenth) against {pct(i['link_busy'])} "
+        f"({pct(i['link_busy_while_requests_ran'])}; {i['mean_in_flight']:.1f}, {i['mean_in_flight_last_tenth']:.1f}) "
+        f"for the independent fleets. Towards the end of the pool's epoch most chunks a node still has to read "
+        f"were fetched by another node already, so fewer origin requests are in flight than the link could "
+        f"carry, and the last node waits for the last chunks over the link and then reads them from their "
+        f"owners.")
+    return out
+
+
 def summary(out):
     pool, ind, warm = out["pool"], out["independent"], out["warm"]
     rows = [
@@ -464,7 +564,10 @@ def summary(out):
         ("cold epoch of 3 nodes, s (until the last is done)", f"{pool['cold']['seconds']:.1f}",
          f"{ind['cold']['seconds']:.1f}"),
         ("cold epoch, MB/s per node", f"{pool['cold']['mbs_per_node']:,.0f}", f"{ind['cold']['mbs_per_node']:,.0f}"),
-        ("warm epoch of one node, MB/s (pool: 2/3 from peers)", f"{warm['pool']['mbs_per_node']:,.0f}",
+        ("cold epoch, shared link busy", f"{out['cold_notes']['pool']['link_busy'] or 0:.0%}",
+         f"{out['cold_notes']['independent']['link_busy'] or 0:.0%}"),
+        (f"warm epoch of one node, MB/s (pool: {out['warm_notes']['peer_fraction']:.0%} from peers)",
+         f"{warm['pool']['mbs_per_node']:,.0f}",
          f"{warm['local']['mbs_per_node']:,.0f}"),
     ]
     widths = [max(len(r[i]) for r in rows + [("", "pool", "independent")]) for i in range(3)]
@@ -476,6 +579,7 @@ def summary(out):
     for k, v in out["ratios"].items():
         goal = out["goals"].get(k, "")
         print(f"  {k:42} {'n/a' if v is None else f'{v:.3f}':>7}  {('goal ' + goal) if goal else ''}")
+    print(f"  cold: {out['cold_notes']['text']}")
     print(f"  warm: {out['warm_notes']['text']}")
 
 
@@ -502,7 +606,7 @@ def main():
         host, port = direct.rsplit("//", 1)[1].split(":")
         total = None if "BENCH_LINK_MBPS_TOTAL" in os.environ else MBPS_TOTAL
         endpoint, relay_stop = relay.start_relay(host, int(port), mbps_total=total)
-        link = dict(relay_stop.params, self_check=relay.self_check(direct, endpoint, relay_stop.params),
+        link = dict(relay_stop.params, self_check=link_self_check(direct, endpoint, relay_stop.params),
                     shared_by="every node's origin traffic (one relay); peers talk directly on loopback")
         s3 = boto3.client("s3", endpoint_url=direct, region_name="us-east-1", aws_access_key_id="testing",
                           aws_secret_access_key="testing")
@@ -540,6 +644,7 @@ def main():
 
         res["ratios"] = ratios(res)
         res["goals"] = GOALS
+        res["cold_notes"] = cold_notes(res, relay_stop.params)
         res["warm_notes"] = warm_notes(res, ds, crc32_s_per_gb())
         out = {"scale": "small" if SMALL_SCALE else "full", "machine": compare.machine(),
                "load_avg": {"start": load_at_start, "end": os.getloadavg()}, "link": link, "dataset": ds.describe(),
