@@ -55,14 +55,16 @@ demo: build
 
 # One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): the Rust bench (fleet.json),
 # the Python package (python.json), memarts against the tools users pick instead over an emulated
-# remote link (compare.json; the peers are pip-installed by the script), then report.py merges them
-# into tests/bench/results/latest.{json,md,svg}.
+# remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
+# against 3 independent fleets over one shared emulated link (cluster.json), then report.py merges
+# them into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
 	$(CARGO) bench -p memarts-tests --bench fleet
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python matplotlib
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/cluster_bench.py
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder

@@ -3,8 +3,10 @@
 
 Inputs, all written by the same run: `fleet.json` (the Rust bench: warm reads through the Rust shim
 against the page cache, cold reads against direct ranged GETs, restart time), `python.json` (the
-Python package: small files, per-worker memory) and `compare.json` (the peers over the emulated
-remote link). A missing input is an error: a report never mixes runs silently.
+Python package: small files, per-worker memory), `compare.json` (the peers over the emulated
+remote link) and `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
+emulated link: origin bytes, cold epoch time, warm reads from peers). A missing input is an error: a
+report never mixes runs silently.
 
 `latest.json` keeps each input whole under its name and adds `ratios` (every ratio of the run, the
 issue's keys first) and `goals` (each with the goal and whether this run met it).
@@ -25,7 +27,16 @@ GOALS = {
     "warm_vs_s3torchconnector": (">=", 5.0, "compare"),
     "warm_vs_fsspec_filecache": (">=", 1.0, "compare"),
     "warm_vs_download_then_read": (">=", 1.0, "compare"),
+    "cluster_origin_bytes_per_dataset_byte": ("<=", 1.02, "cluster"),
+    "cluster_cold_epoch_time_vs_independent": ("<=", 0.4, "cluster"),
 }
+
+# Ratios reported next to the goals, without one of their own.
+REPORTED = {
+    "cluster_warm_peers_vs_local": "cluster",
+}
+
+INPUTS = ("fleet", "python", "compare", "cluster")
 
 
 def load(name):
@@ -34,12 +45,14 @@ def load(name):
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise SystemExit(f"report: {path} is missing; run `make bench` (it writes all three inputs)") from None
+        raise SystemExit(f"report: {path} is missing; run `make bench` (it writes all {len(INPUTS)} inputs)") from None
 
 
 def merged_ratios(inputs):
     ratios = {}
     for key, (_op, _goal, source) in GOALS.items():
+        ratios[key] = inputs[source]["ratios"].get(key)
+    for key, source in REPORTED.items():
         ratios[key] = inputs[source]["ratios"].get(key)
     for source, data in inputs.items():
         for key, value in data.get("ratios", {}).items():
@@ -92,6 +105,42 @@ def scenarios(fleet, python, compare):
     return rows
 
 
+def cluster_rows(cluster):
+    """(label, pool, independent fleets, ratio) rows of cluster.json, as text."""
+    pool, ind, warm = cluster["pool"]["cold"], cluster["independent"]["cold"], cluster["warm"]
+    r = cluster["ratios"]
+    peers = cluster.get("warm_notes", {}).get("peer_fraction")
+    from_peers = f"{peers:.0%} from peers" if peers is not None else "most from peers"
+
+    def times(v):
+        return "" if v is None else f"{v:.2f}×"
+
+    return [
+        ("cold epoch, every node at once: origin bytes per dataset byte",
+         f"{pool['origin_bytes_per_dataset_byte']:.3f}", f"{ind['origin_bytes_per_dataset_byte']:.3f}", ""),
+        ("cold epoch: origin requests", f"{pool['origin_requests']:,}", f"{ind['origin_requests']:,}", ""),
+        ("cold epoch: seconds until the last node is done", f"{pool['seconds']:.1f} s", f"{ind['seconds']:.1f} s",
+         times(r.get("cluster_cold_epoch_time_vs_independent"))),
+        ("cold epoch: MB/s per node", fmt(pool["mbs_per_node"]), fmt(ind["mbs_per_node"]), ""),
+        (f"warm epoch of one node, MB/s (pool: {from_peers}; independent: all local)",
+         fmt(warm["pool"]["mbs_per_node"]), fmt(warm["local"]["mbs_per_node"]),
+         times(r.get("cluster_warm_peers_vs_local"))),
+    ]
+
+
+def cluster_bars(cluster):
+    """(label, MB/s) bars of cluster.json for the chart."""
+    pool, ind, warm = cluster["pool"]["cold"], cluster["independent"]["cold"], cluster["warm"]
+    peers = cluster.get("warm_notes", {}).get("peer_fraction")
+    return [
+        ("memarts pool of 3 nodes: cold epoch, MB/s per node", pool["mbs_per_node"]),
+        ("3 independent memarts fleets: cold epoch, MB/s per node", ind["mbs_per_node"]),
+        (f"memarts pool, one node: warm ({'most' if peers is None else f'{peers:.0%}'} from peers)",
+         warm["pool"]["mbs_per_node"]),
+        ("memarts independent fleet: warm (all local)", warm["local"]["mbs_per_node"]),
+    ]
+
+
 def fmt(v, digits=0):
     if v is None:
         return "—"
@@ -99,7 +148,7 @@ def fmt(v, digits=0):
 
 
 def markdown(latest, rows):
-    c, f, p = latest["compare"], latest["fleet"], latest["python"]
+    c, f, p, cl = latest["compare"], latest["fleet"], latest["python"], latest["cluster"]
     link = c["link"]
     m = c["machine"]
     lines = [
@@ -133,16 +182,29 @@ def markdown(latest, rows):
     lines += ["", f"Memory, {mem['workers']} worker processes reading one dataset (total PSS): proxy mode "
               f"{mem['proxy_mode_kib'] / 1024:.0f} MiB (workers {mem['proxy_mode_workers_kib'] / 1024:.0f} + proxies "
               f"{mem['proxies_kib'] / 1024:.0f}), embedded mode {mem['embedded_mode_kib'] / 1024:.0f} MiB, the same job "
-              f"in plain Python {mem['plain_python_kib'] / 1024:.0f} MiB.", "",
-              "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
+              f"in plain Python {mem['plain_python_kib'] / 1024:.0f} MiB.", ""]
+    setup, ds, cl_link = cl["setup"], cl["dataset"], cl["link"]
+    lines += [(f"Cluster pool (`cluster.json`, scale `{cl['scale']}`): {setup['nodes']} nodes of "
+               f"{setup['proxies_per_node']} proxies, {setup['readers_per_node']} reader processes each; "
+               f"{ds['files']} objects of {ds['min_size'] / (1 << 20):.1f}–{ds['max_size'] / (1 << 20):.1f} MiB "
+               f"({ds['bytes'] >> 20} MiB); all origin traffic over one shared link (+{cl_link['latency_ms']:g} ms "
+               f"per request, {cl_link['mbps_per_conn']:g} MB/s per connection, {cl_link['mbps_total']:g} MB/s in "
+               f"total), peers on loopback."), "",
+              "| scenario | pool of 3 nodes | 3 independent fleets | ratio |", "|---|---:|---:|---:|"]
+    lines += [f"| {label} | {a} | {b} | {ratio} |" for label, a, b, ratio in cluster_rows(cl)]
+    lines += ["", "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
     for key, g in latest["goals"].items():
         value = "—" if g["value"] is None else f"{g['value']:.2f}"
         lines.append(f"| `{key}` | {value} | {g['goal']} | {'yes' if g['met'] else 'no' if g['met'] is False else '—'} |")
+    for key in REPORTED:
+        value = latest["ratios"].get(key)
+        lines.append(f"| `{key}` | {'—' if value is None else f'{value:.2f}'} | (reported) | — |")
     return "\n".join(lines) + "\n"
 
 
-def chart(rows, path):
-    """Horizontal bars of MB/s per scenario, small and large files side by side, log scale."""
+def chart(rows, bars, path):
+    """Horizontal bars of MB/s per scenario, small and large files side by side, log scale; below them
+    the cluster pool's bars (its own dataset of few-MiB files)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -150,7 +212,11 @@ def chart(rows, path):
 
     shown = [r for r in rows if r[1] is not None or r[2] is not None]
     labels = [r[0] for r in shown][::-1]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 0.34 * len(shown) + 1.6), sharey=True)
+    fig = plt.figure(figsize=(13, 0.34 * (len(shown) + len(bars)) + 2.6))
+    grid = fig.add_gridspec(2, 2, height_ratios=[len(shown), len(bars) + 1])
+    axes = [fig.add_subplot(grid[0, 0])]
+    axes.append(fig.add_subplot(grid[0, 1], sharey=axes[0]))
+    axes[1].tick_params(labelleft=False)
     for ax, col, title in ((axes[0], 1, "small files (64–256 KiB)"), (axes[1], 2, "large files")):
         values = [r[col] or 0 for r in shown][::-1]
         colors = ["#1f77b4" if "memarts" in l else "#7f7f7f" if "page cache" in l else "#ff7f0e" for l in labels]
@@ -162,6 +228,16 @@ def chart(rows, path):
             if v:
                 ax.text(v, i, f" {v:,.0f}", va="center", fontsize=7)
     axes[0].set_yticks(range(len(labels)), labels, fontsize=8)
+    ax = fig.add_subplot(grid[1, :])
+    values = [v or 0 for _, v in bars][::-1]
+    ax.barh(range(len(values)), values, color="#1f77b4")
+    ax.set_xscale("log")
+    ax.set_title("cluster pool vs independent fleets, files of a few MiB over one shared link, MB/s (log scale)")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    for i, v in enumerate(values):
+        if v:
+            ax.text(v, i, f" {v:,.0f}", va="center", fontsize=7)
+    ax.set_yticks(range(len(values)), [label for label, _ in bars][::-1], fontsize=8)
     fig.suptitle("memarts vs page cache vs peers, one run (blue: memarts, orange: peers, grey: page cache)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, format="svg")
@@ -169,7 +245,7 @@ def chart(rows, path):
 
 
 def main():
-    inputs = {name: load(name) for name in ("fleet", "python", "compare")}
+    inputs = {name: load(name) for name in INPUTS}
     scales = {name: data.get("scale", "small" if name == "python" else None) for name, data in inputs.items()}
     ratios = merged_ratios(inputs)
     latest = dict(inputs, ratios=ratios, goals=goal_status(ratios), scales=scales)
@@ -179,7 +255,7 @@ def main():
     table = markdown(latest, rows)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write(table)
-    chart(rows, os.path.join(RESULTS, "latest.svg"))
+    chart(rows, cluster_bars(inputs["cluster"]), os.path.join(RESULTS, "latest.svg"))
     print(table)
     print(f"wrote {RESULTS}/latest.json, latest.md, latest.svg")
 
