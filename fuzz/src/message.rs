@@ -63,7 +63,11 @@ fn check_request(request: &Request) {
         | Request::Delete { url }
         | Request::PutMemartsStart { url }
         | Request::ReadMemarts { url } => check_url(url),
-        Request::Hello(_) | Request::Status | Request::PutData | Request::PutFinish { .. } => {}
+        Request::Hello(_)
+        | Request::Status
+        | Request::ClusterStatus
+        | Request::PutData
+        | Request::PutFinish { .. } => {}
     }
 }
 

@@ -162,8 +162,10 @@ async fn join_etcd(
 }
 
 /// Ends the membership task (and so the etcd session it holds) with the slot.
+#[cfg(feature = "etcd")]
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
+#[cfg(feature = "etcd")]
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
