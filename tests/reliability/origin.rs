@@ -32,8 +32,10 @@ fn transient(scale: Scale) -> Row {
     let (tally, handles) = readers(&fleet, &data, 16, CS, &stop);
     let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let until = Instant::now() + Duration::from_secs(scale.pick(10, 60));
-    // Each fault is aimed at one object, and an object gets a new one only once its last was taken:
+    // Each fault is aimed at one object, and an object gets a new one only once its last was taken
+    // and some seconds have passed (else a fresh burst could meet the same read's next attempts):
     // bursts a retry budget is made for, not an origin that fails every attempt of one read.
+    let mut last_aimed: std::collections::HashMap<String, Instant> = Default::default();
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(rng.random_range(30..120)));
         let (fault, times) = match rng.random_range(0..12) {
@@ -45,7 +47,9 @@ fn transient(scale: Scale) -> Row {
             _ => (Fault::Stall(Duration::from_secs(3)), 1),
         };
         let key = format!("{}/{}", data.bucket, data.objects[rng.random_range(0..data.objects.len())].0);
-        if relay.pending_for(&key) == 0 && relay.pending() < 16 {
+        let rested = last_aimed.get(&key).is_none_or(|t| t.elapsed() > Duration::from_secs(5));
+        if rested && relay.pending_for(&key) == 0 && relay.pending() < 16 {
+            last_aimed.insert(key.clone(), Instant::now());
             let when = Match { method: Some("GET"), ranged: true, path_contains: Some(key) };
             relay.inject(when, fault, times);
         }
