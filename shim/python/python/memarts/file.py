@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _memarts
 from ._entries import DirEntry, FileStat, ScanDir, matches, split_pattern
 from ._file_object import open_local, open_object
+from .auth import set_auth  # noqa: F401  (part of the API)
 from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.file's API)
     BadRequestError,
     Error,

@@ -47,3 +47,18 @@ def write_memarts(path: str, data: bytes, retry: int = 3) -> bool: ...
 def remove(url: str, recursive: bool = False) -> None: ...
 def make_dirs(url: str) -> None: ...
 def mk_dir(url: str) -> None: ...
+def set_auth(
+    ak: Optional[str] = None,
+    sk: Optional[str] = None,
+    server: Optional[str] = None,
+    port: Optional[int] = None,
+    is_secure: Optional[bool] = None,
+    ssl_verify: Optional[bool] = None,
+    long_conn_mode: Optional[bool] = None,
+    path_style: Optional[bool] = None,
+    retry: Optional[int] = None,
+    retry_wait: Optional[float] = None,
+    client_timeout: Optional[float] = None,
+    list_max_keys: Optional[int] = None,
+    **kwargs: Any,
+) -> None: ...
