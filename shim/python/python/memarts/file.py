@@ -50,6 +50,7 @@ from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.f
     StaleError,
     UntrustedFleetError,
 )
+from .shift import shift  # noqa: F401  (part of the API)
 
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
