@@ -21,8 +21,14 @@ Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is 
 sockets; with ``USE_MEMARTS=1`` and no fleet the engine runs inside this process on the same cache
 dir; without memarts, objects are read straight from the origin. See :func:`mode`.
 
-Writes (``copy`` to an object URL, ``File`` in ``'w'``/``'wb'`` mode, which uploads on close) go
-to the object store through the fleet, checked end to end with CRC32C.
+Writes (``write``, ``append``, ``rename`` and ``copy`` to an object URL, ``File`` in any mode but
+``'r'``/``'rb'``, which uploads on close) go to the object store through the fleet, checked end to end
+with CRC32C; nothing half-written is ever visible.
+
+Every function and keyword of MoXing's API document is here (``import moxing as mox`` gives this
+module); what has no meaning here is accepted and said in the docstring. ``shift('os', 'mox')``
+(:mod:`memarts.shift`) makes ``open``, ``os``, ``glob`` and ``shutil`` accept object URLs;
+``set_auth`` is in :mod:`memarts.auth`.
 
 ``write_memarts`` stores objects in the cache only (durable before it returns True; never evicted;
 read back with ``read_meta_free(path, binary=True, memarts_only=True)``).
