@@ -94,6 +94,8 @@ def _local_calls(d):
         ("copyfile same", lambda: shutil.copyfile(f, f)),
         ("copytree exists", lambda: shutil.copytree(sub, sub)),
         ("rmtree missing", lambda: shutil.rmtree(missing)),
+        ("rmtree", lambda: (shutil.rmtree(os.path.join(sub, "deeper")), os.path.exists(os.path.join(sub, "deeper")))),
+        ("supports sets", lambda: (os.stat in os.supports_dir_fd, os.stat in os.supports_follow_symlinks, os.listdir in os.supports_fd)),
     ]
 
 

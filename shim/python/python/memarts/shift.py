@@ -22,6 +22,10 @@ _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 # (module, attribute) -> the original, while shifted.
 _originals = {}
 
+# Code asks these sets what a function supports (``os.stat in os.supports_dir_fd``); a wrapper is
+# in a set when its original is, so the answers do not change with the shift.
+_SUPPORT_SETS = ("supports_dir_fd", "supports_fd", "supports_follow_symlinks", "supports_effective_ids")
+
 
 def _remote(path):
     """The URL `path` names if it is an object URL, else None (without raising on odd arguments)."""
@@ -193,6 +197,10 @@ def _targets():
     ]
 
 
+def _supports():
+    return [getattr(os, name) for name in _SUPPORT_SETS if isinstance(getattr(os, name, None), set)]
+
+
 def shift(src="os", dst="mox"):
     """``shift('os', 'mox')`` makes the standard library's file functions accept object URLs (see
     the module); ``shift('mox', 'os')`` undoes it. Both are idempotent. Other pairs raise
@@ -202,11 +210,19 @@ def shift(src="os", dst="mox"):
             return
         for module, name, make in _targets():
             original = getattr(module, name)
+            wrapper = make(original)
             _originals[(module, name)] = original
-            setattr(module, name, make(original))
+            setattr(module, name, wrapper)
+            for support in _supports():
+                if original in support:
+                    support.add(wrapper)
     elif (src, dst) == ("mox", "os"):
         for (module, name), original in _originals.items():
+            wrapper = getattr(module, name)
             setattr(module, name, original)
+            for support in _supports():
+                if wrapper is not original:
+                    support.discard(wrapper)
         _originals.clear()
     else:
         raise ValueError(f"shift({src!r}, {dst!r}): use shift('os', 'mox') or shift('mox', 'os')")
