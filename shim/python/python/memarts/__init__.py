@@ -1,6 +1,7 @@
 """memarts: a near-compute cache for training data, with the MoXing file API.
 
-Existing MoXing scripts run unchanged after ``import memarts as mox``::
+Existing MoXing scripts run unchanged: ``import moxing as mox`` (the ``moxing`` package in the same
+wheel) and ``import memarts as mox`` give the same ``mox.file``::
 
     import memarts as mox
     data = mox.file.read('obs://bucket/dir/a.jpg', binary=True)

@@ -21,29 +21,42 @@ Modes, resolved as MoXing does: a running fleet (or ``USE_MEMARTS_PROXY=1``) is 
 sockets; with ``USE_MEMARTS=1`` and no fleet the engine runs inside this process on the same cache
 dir; without memarts, objects are read straight from the origin. See :func:`mode`.
 
-Writes (``copy`` to an object URL, ``File`` in ``'w'``/``'wb'`` mode, which uploads on close) go
-to the object store through the fleet, checked end to end with CRC32C.
+Writes (``write``, ``append``, ``rename`` and ``copy`` to an object URL, ``File`` in any mode but
+``'r'``/``'rb'``, which uploads on close) go to the object store through the fleet, checked end to end
+with CRC32C; nothing half-written is ever visible.
+
+Every function and keyword of MoXing's API document is here (``import moxing as mox`` gives this
+module); what has no meaning here is accepted and said in the docstring. ``shift('os', 'mox')``
+(:mod:`memarts.shift`) makes ``open``, ``os``, ``glob`` and ``shutil`` accept object URLs;
+``set_auth`` is in :mod:`memarts.auth`.
 
 ``write_memarts`` stores objects in the cache only (durable before it returns True; never evicted;
 read back with ``read_meta_free(path, binary=True, memarts_only=True)``).
 """
 
-import io
 import logging
 import os
-import tempfile
+import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _memarts
-from .errors import (
+from ._entries import DirEntry, FileStat, ScanDir, matches, split_pattern
+from ._file_object import open_local, open_object
+from .auth import set_auth  # noqa: F401  (part of the API)
+from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.file's API)
     BadRequestError,
     Error,
+    MoxFileNameDuplicateException,
+    MoxFileNotExistsException,
+    MoxFileReadException,
+    MoxFileRespException,
     NoSpaceError,
     NotFoundError,
     StaleError,
     UntrustedFleetError,
 )
+from .shift import shift  # noqa: F401  (part of the API)
 
 _REMOTE = ("s3://", "obs://", "oss://", "s3a://")
 
@@ -88,6 +101,15 @@ def _fleet():
     return _client
 
 
+def _reset_client():
+    """Drops the process's client, so the next call opens one with the current environment
+    (``set_auth`` in direct and embedded modes)."""
+    global _client, _client_pid
+    with _client_lock:
+        _client = None
+        _client_pid = None
+
+
 def mode():
     """How this process reaches memarts: ``"proxy"`` (a fleet runs, or ``USE_MEMARTS_PROXY=1``),
     ``"embedded"`` (``USE_MEMARTS=1`` and no fleet: the engine runs in this process, on the shared
@@ -114,8 +136,11 @@ def _local_path(path):
     return None
 
 
-def read(path, binary=False):
-    """The whole file or object, as ``bytes`` (``binary=True``) or as a ``str`` (UTF-8)."""
+def read(url, client_id=None, binary=False):
+    """The whole file or object, as ``bytes`` (``binary=True``) or as a ``str`` (UTF-8).
+    ``client_id`` (MoXing's choice of OBS client) is accepted and has no meaning here: every read
+    goes through this process's one memarts client."""
+    path = url
     local = _local_path(path)
     if local is not None:
         with open(local, "rb") as f:
@@ -178,32 +203,46 @@ def write_memarts(path, data, retry=3):
     return False
 
 
-def exists(path):
+def _object_stat(url):
+    """``(size, etag, last_modified_ms)`` of the object `url`, or None when there is none."""
+    try:
+        return _fleet().stat(url)
+    except NotFoundError:
+        return None
+
+
+def exists(url):
     """Whether a file, object or directory (object prefix) exists."""
-    local = _local_path(path)
+    local = _local_path(url)
     if local is not None:
         return os.path.exists(local)
-    try:
-        _fleet().stat(path)
-        return True
-    except NotFoundError:
-        return is_directory(path)
+    return _object_stat(url) is not None or is_directory(url)
 
 
-def get_size(path):
-    """Size in bytes of a file or object."""
-    local = _local_path(path)
+def get_size(url, recursive=False):
+    """Size in bytes of a file or object. A directory: with ``recursive``, the total size of every
+    file below it; without, 0 for an object prefix. For a local directory the total is always
+    given (MoXing's document: ``recursive`` is always True for local paths)."""
+    local = _local_path(url)
     if local is not None:
-        return os.path.getsize(local)
-    return _fleet().stat(path)[0]
+        if not os.path.isdir(local):
+            return os.path.getsize(local)
+        return sum(os.path.getsize(os.path.join(root, f)) for root, _d, files in os.walk(local) for f in files)
+    meta = _object_stat(url)
+    if meta is not None:
+        return meta[0]
+    entries = _fleet().list(url.rstrip("/"), True)
+    if not entries:
+        raise NotFoundError(f"{url}: no such object or directory")
+    return sum(size for _url, is_dir, size in entries if not is_dir) if recursive else 0
 
 
-def is_directory(path):
-    """Whether `path` is a directory (for objects: a prefix with something below it)."""
-    local = _local_path(path)
+def is_directory(url):
+    """Whether `url` is a directory (for objects: a prefix with something below it)."""
+    local = _local_path(url)
     if local is not None:
         return os.path.isdir(local)
-    return bool(_fleet().list(path.rstrip("/"), False))
+    return bool(_fleet().list(url.rstrip("/"), False))
 
 
 def _relative(base, url):
@@ -217,27 +256,56 @@ def _canonical(path):
     return "s3://" + rest if sep else path
 
 
-def list_directory(path, recursive=False):
-    """Names under `path`: one level (files and directories), or every file below it."""
-    local = _local_path(path)
+def _parents(names):
+    """Every directory that the relative file names in `names` imply (``a/b/c`` -> ``a``, ``a/b``)."""
+    dirs = set()
+    for name in names:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            dirs.add("/".join(parts[:depth]))
+    return dirs
+
+
+def list_directory(url, recursive=False, remove_sep=False, skip_file=False, skip_dir=False):
+    """Names under `url`: one level (files and directories), or with ``recursive`` every file below
+    it (relative paths). ``skip_file`` leaves files out (with ``recursive``: every directory below,
+    instead of the files), ``skip_dir`` leaves directories out. Names never end with a separator, so
+    ``remove_sep`` (MoXing: strip the trailing ``/`` of directory names) is always in effect."""
+    local = _local_path(url)
     if local is not None:
         if not recursive:
-            return sorted(os.listdir(local))
-        out = []
-        for root, _dirs, files in os.walk(local):
-            out.extend(os.path.relpath(os.path.join(root, f), local) for f in files)
-        return sorted(out)
-    base = _canonical(path)
-    return sorted(_relative(base, url) for url, _is_dir, _size in _fleet().list(path.rstrip("/"), recursive))
+            names = os.listdir(local)
+            if skip_file or skip_dir:
+                names = [n for n in names if os.path.isdir(os.path.join(local, n)) != bool(skip_dir)]
+            return sorted(names) if not (skip_file and skip_dir) else []
+        files, dirs = [], []
+        for root, dirnames, filenames in os.walk(local):
+            dirs.extend(os.path.relpath(os.path.join(root, d), local) for d in dirnames)
+            files.extend(os.path.relpath(os.path.join(root, f), local) for f in filenames)
+    else:
+        base = _canonical(url)
+        entries = _fleet().list(url.rstrip("/"), recursive)
+        if not recursive:
+            return sorted(
+                _relative(base, u) for u, is_dir, _size in entries if not (skip_dir if is_dir else skip_file)
+            )
+        files = [_relative(base, u) for u, is_dir, _size in entries if not is_dir]
+        dirs = _parents(files)
+    if skip_file:
+        return [] if skip_dir else sorted(dirs)
+    return sorted(files)
 
 
-def walk(top):
-    """Like ``os.walk``: yields ``(dirpath, dirnames, filenames)`` top-down."""
-    local = _local_path(top)
+def walk(url, topdown=True, onerror=None, followlinks=False):
+    """Like ``os.walk``: yields ``(dirpath, dirnames, filenames)``, top-down unless ``topdown`` is
+    False. For local paths all three options are ``os.walk``'s; for objects ``onerror`` and
+    ``followlinks`` have no meaning (no listing error is swallowed; there are no links), and the
+    tree is listed once, so changing ``dirnames`` in place does not prune it."""
+    local = _local_path(url)
     if local is not None:
-        yield from os.walk(local)
+        yield from os.walk(local, topdown=topdown, onerror=onerror, followlinks=followlinks)
         return
-    top = top.rstrip("/")
+    top = url.rstrip("/")
     tree = {"": (set(), [])}
     for name in list_directory(top, recursive=True):
         parts = name.split("/")
@@ -246,13 +314,112 @@ def walk(top):
             tree.setdefault(parent, (set(), []))[0].add(parts[depth - 1])
             tree.setdefault("/".join(parts[:depth]), (set(), []))
         tree.setdefault("/".join(parts[:-1]), (set(), []))[1].append(parts[-1])
-    for rel in sorted(tree):
+    # Sorted relative paths put every directory before what is below it; reversed, after.
+    for rel in sorted(tree, reverse=not topdown):
         dirs, files = tree[rel]
         yield (top + "/" + rel if rel else top), sorted(dirs), sorted(files)
 
 
-def copy(src_url, dst_url):
-    """Copies one file or object: object to local, local to object, object to object, local to local."""
+def stat(url):
+    """A :class:`FileStat` of a file, object or directory: ``length``, ``mtime_nsec``,
+    ``is_directory`` (and ``st_size``, ``st_mtime``, ``st_mode`` as ``os.stat`` has). A missing one
+    raises ``NotFoundError``, which is also ``MoxFileNotExistsException`` and ``FileNotFoundError``."""
+    local = _local_path(url)
+    if local is not None:
+        try:
+            st = os.stat(local)
+        except FileNotFoundError as e:
+            raise NotFoundError(f"{url}: no such file or directory") from e
+        return FileStat(st.st_size, st.st_mtime_ns, os.path.isdir(local))
+    meta = _object_stat(url) if not url.endswith("/") else None
+    if meta is not None:
+        return FileStat(meta[0], meta[2] * 1_000_000, False)
+    if is_directory(url):
+        return FileStat(0, 0, True)
+    raise NotFoundError(f"{url}: no such object or directory")
+
+
+def scan_dir(url):
+    """Like ``os.scandir``: the entries directly under `url` (``.name``, ``.path``, ``.is_dir()``,
+    ``.is_file()``, ``.stat()``), as an iterator that also works in a ``with`` block."""
+    local = _local_path(url)
+    if local is not None:
+        return os.scandir(local)
+    top = url.rstrip("/")
+    base = _canonical(top)
+    entries = []
+    for u, is_dir, size in sorted(_fleet().list(top, False)):
+        name = _relative(base, u).rstrip("/")
+        entries.append(DirEntry(name, f"{top}/{name}", is_dir, size, stat))
+    return ScanDir(entries)
+
+
+def glob(url):
+    """The absolute paths or URLs matching the pattern `url` (``*``, ``?``, ``[...]`` in any
+    component but the bucket), sorted, as ``glob.glob`` does for local paths."""
+    local = _local_path(url)
+    if local is not None:
+        import glob as _glob
+
+        if url.startswith("file://"):
+            return sorted("file://" + p for p in _glob.glob(local))
+        return sorted(_glob.glob(local))
+    base, parts = split_pattern(url)
+    if not parts:
+        return [url] if exists(url) else []
+    files = list_directory(base, recursive=True)
+    candidates = set(files) | _parents(files)
+    return sorted(f"{base}/{rel}" for rel in candidates if matches(parts, rel))
+
+
+def _encode(data, binary, what):
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"{what} needs {'bytes' if binary else 'str'} data, not {type(data).__name__}")
+
+
+def write(url, data, binary=False):
+    """Replaces the file or object with ``data``, like ``open(url, 'w').write(data)``: a ``str`` is
+    written as UTF-8, ``bytes`` as they are (whatever ``binary`` says: neither loses data). An
+    object is uploaded in one piece; a local file is replaced by rename, so a reader never sees it
+    half-written."""
+    payload = _encode(data, binary, "write")
+    local = _local_path(url)
+    if local is None:
+        _fleet().put_bytes(url, payload)
+        return
+    tmp = f"{local}.memarts-{os.getpid()}-{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(payload)
+        if os.path.exists(local):
+            shutil.copymode(local, tmp)
+        os.replace(tmp, local)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def append(url, data, binary=False):
+    """Adds ``data`` at the end of the file or object (created if missing), like
+    ``open(url, 'a').write(data)``. An object store cannot append: the object is read and written
+    again whole as its new version (atomic for readers; two processes appending to one object at
+    once can lose one of the appends, as with any read-modify-write)."""
+    payload = _encode(data, binary, "append")
+    local = _local_path(url)
+    if local is not None:
+        with open(local, "ab") as f:
+            f.write(payload)
+        return
+    old = _fleet().read(url) if _object_stat(url) is not None else b""
+    _fleet().put_bytes(url, old + payload)
+
+
+def copy(src_url, dst_url, client_id=None):
+    """Copies one file or object: object to local, local to object, object to object, local to
+    local. ``client_id`` (MoXing's choice of OBS client) is accepted and has no meaning here."""
     dst = _local_path(dst_url)
     src = _local_path(src_url)
     if dst is None:
@@ -296,148 +463,109 @@ def copy(src_url, dst_url):
             os.unlink(tmp)
 
 
-def copy_parallel(src_url, dst_url):
-    """Copies a directory tree, ``MOX_COPY_PARALLEL_THREADS`` files at a time."""
-    names = list_directory(src_url, recursive=True)
+def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=False, use_queue=False):
+    """Copies a directory tree (or, with ``file_list``, those names relative to `src_url`),
+    ``threads`` files at a time (None or 0: ``MOX_COPY_PARALLEL_THREADS``, 16 by default).
+
+    Copies are I/O that runs without the GIL, so threads are used whatever ``is_processing`` says
+    (MoXing's choice of a process pool), and the pool is the work queue whatever ``use_queue``
+    says. Copying objects to a local directory where one name is both an object and a prefix
+    (``a`` and ``a/b``) raises ``MoxFileNameDuplicateException`` before anything is copied."""
+    del is_processing, use_queue
     src = src_url.rstrip("/")
     dst = dst_url.rstrip("/")
-    with ThreadPoolExecutor(max_workers=PARALLEL_THREADS) as pool:
+    if file_list is None:
+        names = list_directory(src, recursive=True)
+    else:
+        names = [os.fspath(n).lstrip("/") for n in file_list]
+    if _local_path(dst) is not None:
+        clash = sorted(set(names) & _parents(names))
+        if clash:
+            raise MoxFileNameDuplicateException(
+                f"{src}: {clash[0]!r} is both a file and a directory; a local file system cannot hold both"
+            )
+    workers = PARALLEL_THREADS if not threads or threads < 0 else int(threads)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
         for done in pool.map(lambda n: copy(f"{src}/{n}", f"{dst}/{n}"), names):
             del done
 
 
-def remove(path, recursive=False):
-    """Deletes a file or object; with ``recursive``, a directory (object prefix) and everything below."""
-    local = _local_path(path)
+def remove(url, recursive=False):
+    """Deletes a file or object; with ``recursive``, a directory (object prefix) and everything
+    below. As MoXing documents for objects: a URL ending in ``/`` is a directory, so without
+    ``recursive`` nothing is done; a directory without ``recursive`` is left alone (nothing is
+    done); with ``recursive``, an object URL that names an object removes only that object. A
+    missing object without ``recursive`` raises ``NotFoundError``."""
+    local = _local_path(url)
     if local is not None:
-        if recursive and os.path.isdir(local):
-            import shutil
-
+        if recursive and os.path.isdir(local) and not os.path.islink(local):
             shutil.rmtree(local)
         else:
             os.remove(local)
         return
-    if recursive:
-        base = path.rstrip("/")
-        names = list_directory(base, recursive=True)
-        with ThreadPoolExecutor(max_workers=PARALLEL_THREADS) as pool:
-            list(pool.map(lambda n: _fleet().delete(f"{base}/{n}"), names))
+    if not url.endswith("/") and _object_stat(url) is not None:
+        _fleet().delete(url)
         return
-    if not exists(path):
-        raise NotFoundError(f"{path}: no such object")
-    _fleet().delete(path)
+    if not recursive:
+        if url.endswith("/") or is_directory(url):
+            return
+        raise NotFoundError(f"{url}: no such object")
+    base = url.rstrip("/")
+    names = list_directory(base, recursive=True)
+    with ThreadPoolExecutor(max_workers=PARALLEL_THREADS) as pool:
+        list(pool.map(lambda n: _fleet().delete(f"{base}/{n}"), names))
 
 
-def make_dirs(path):
+def rename(src_url, dst_url):
+    """Moves a file or directory, in any direction (local or object to local or object). Between
+    local paths it is ``os.rename`` (or a copy across file systems). Object stores cannot rename:
+    everything is copied first and the source is removed only once every copy succeeded, so an
+    interrupted rename leaves both, never neither."""
+    src, dst = _local_path(src_url), _local_path(dst_url)
+    if src is not None and dst is not None:
+        shutil.move(src, dst)
+        return
+    if is_directory(src_url):
+        copy_parallel(src_url, dst_url)
+        remove(src_url.rstrip("/"), recursive=True)
+        return
+    if src is None and _object_stat(src_url) is None:
+        raise NotFoundError(f"{src_url}: no such object")
+    copy(src_url, dst_url)
+    remove(src_url)
+
+
+def make_dirs(url):
     """Creates a directory and its parents. Object stores have no directories (a prefix exists
     once an object is written below it), so for object URLs there is nothing to do."""
-    local = _local_path(path)
+    local = _local_path(url)
     if local is not None:
         os.makedirs(local, exist_ok=True)
 
 
-class _ObjectRaw(io.RawIOBase):
-    """A seekable, readable raw stream over one object version (reads by range through the fleet)."""
-
-    def __init__(self, url):
-        super().__init__()
-        self._url = url
-        self._size = _fleet().stat(url)[0]
-        self._pos = 0
-        self.name = url
-
-    def readable(self):
-        return True
-
-    def seekable(self):
-        return True
-
-    def readinto(self, b):
-        view = memoryview(b).cast("B")
-        n = min(len(view), self._size - self._pos)
-        if n <= 0:
-            return 0
-        data = _fleet().read_range(self._url, self._pos, n)
-        view[: len(data)] = data
-        self._pos += len(data)
-        return len(data)
-
-    def seek(self, offset, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self):
-        return self._pos
-
-
-class _Upload(io.FileIO):
-    """A write-only file that becomes the object when closed (spooled in a private temp file, then
-    uploaded with a checksum; nothing is visible at the origin before ``close`` succeeds)."""
-
-    def __init__(self, url):
-        fd, self._tmp = tempfile.mkstemp(prefix="memarts-upload-")
-        super().__init__(fd, "wb", closefd=True)
-        self._url = url
-        self.name = url
-
-    def close(self):
-        if self.closed:
-            return
-        try:
-            super().close()
-            _fleet().put_file(self._url, self._tmp)
-        finally:
-            if os.path.exists(self._tmp):
-                os.unlink(self._tmp)
-
-    def abandon(self):
-        """Closes without uploading."""
-        super().close()
-        if os.path.exists(self._tmp):
-            os.unlink(self._tmp)
-
-
-class _Writer:
-    """A file open for writing to an object: ``close`` (or leaving a ``with`` block normally)
-    uploads it; leaving a ``with`` block on an exception uploads nothing."""
-
-    def __init__(self, stream, raw):
-        self._stream = stream
-        self._raw = raw
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-    def __iter__(self):
-        return iter(self._stream)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self._stream.close()
-        else:
-            self._raw.abandon()
-        return False
-
-
-def File(path, mode="r"):
-    """A file object: ``'r'`` (text) or ``'rb'`` with read, readline, iteration, seek, tell and
-    readinto; ``'w'`` (text) or ``'wb'``, uploaded when closed; local paths accept every mode of
-    ``open``."""
-    local = _local_path(path)
+def mk_dir(url):
+    """Creates one directory; its parent must exist (else ``FileNotFoundError``, an ``OSError``, as
+    MoXing documents). For an object URL nothing is created (see :func:`make_dirs`); the parent
+    must be the bucket or an existing prefix, else ``NotFoundError`` (a ``FileNotFoundError``)."""
+    local = _local_path(url)
     if local is not None:
-        return open(local, mode)
-    if mode in ("w", "wb"):
-        raw = _Upload(path)
-        buffered = io.BufferedWriter(raw, buffer_size=8 << 20)
-        return _Writer(buffered if mode == "wb" else io.TextIOWrapper(buffered, encoding="utf-8"), raw)
-    if mode not in ("r", "rb"):
-        raise BadRequestError(f"mode {mode!r} on an object URL: use 'r', 'rb', 'w' or 'wb'")
-    raw = _ObjectRaw(path)
-    buffered = io.BufferedReader(raw, buffer_size=_fleet().chunk_size)
-    return buffered if mode == "rb" else io.TextIOWrapper(buffered, encoding="utf-8")
+        os.mkdir(local)
+        return
+    scheme, _, rest = url.rstrip("/").partition("://")
+    parts = rest.split("/")
+    if len(parts) > 2 and not is_directory(f"{scheme}://" + "/".join(parts[:-1])):
+        raise NotFoundError(f"{url}: the parent directory does not exist")
+
+
+def File(name, mode="r", encoding=None, errors=None, newline=None, buffering=-1):
+    """A file object, MoXing's ``File(name, mode)``: any of ``r w a r+ w+ a+`` with ``b`` (written
+    before or after: ``'rb'`` or ``'br'``), with ``read readline readlines write writelines seek tell
+    size flush close readable writable seekable``, iteration, ``.mode`` and ``.name``. On an object,
+    ``'r'``/``'rb'`` stream by ranges; the other modes work on a private spool that ``close`` uploads
+    (nothing is visible before; leaving a ``with`` block on an exception uploads nothing).
+    ``encoding`` (UTF-8 for objects by default), ``errors``, ``newline`` are ``open``'s; ``buffering``
+    applies to local files only."""
+    local = _local_path(name)
+    if local is not None:
+        return open_local(local, mode, encoding, errors, newline, buffering)
+    return open_object(_fleet(), name, mode, encoding, errors, newline)
