@@ -77,6 +77,19 @@ fn node_counter(cluster: &Cluster, i: usize, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// A counter summed over every node of `cluster`.
+fn pool_counter(cluster: &Cluster, name: &str) -> u64 {
+    (0..cluster.nodes.len()).map(|i| node_counter(cluster, i, name)).sum()
+}
+
+/// A started pool of [`NODES`] nodes and readers on each over a fresh dataset.
+fn started_pool(hint: &str, scale: Scale, seed: u64) -> (Cluster, Readers) {
+    let data = dataset(hint, scale, seed);
+    let cluster = Cluster::start(NODES, slots(scale), TIMEOUTS, &[]);
+    let readers = Readers::start(&cluster, &data, scale);
+    (cluster, readers)
+}
+
 /// Whether node `from` sees every member alive within `within`.
 fn all_alive_within(cluster: &Cluster, from: usize, within: Duration) -> bool {
     let deadline = Instant::now() + within;
@@ -93,9 +106,7 @@ fn all_alive_within(cluster: &Cluster, from: usize, within: Duration) -> bool {
 fn kill_storm(scale: Scale) -> Row {
     let mut row = Row::new("cluster", "kill -9 of a whole node, 3 nodes, readers on each, restart");
     let started = Instant::now();
-    let data = dataset("pool-kill", scale, 31);
-    let cluster = Cluster::start(NODES, slots(scale), TIMEOUTS, &[]);
-    let readers = Readers::start(&cluster, &data, scale);
+    let (cluster, readers) = started_pool("pool-kill", scale, 31);
     let mut rng = rand::rngs::StdRng::seed_from_u64(17);
     let until = Instant::now() + Duration::from_secs(scale.pick(12, 90));
     let mut back = Vec::new();
@@ -129,12 +140,10 @@ fn kill_storm(scale: Scale) -> Row {
 fn hung_nodes(scale: Scale) -> Row {
     let mut row = Row::new("cluster", "SIGSTOP of a whole node for 1-4 s, then SIGCONT, readers on each");
     let started = Instant::now();
-    let data = dataset("pool-hung", scale, 32);
-    let cluster = Cluster::start(NODES, slots(scale), TIMEOUTS, &[]);
-    let readers = Readers::start(&cluster, &data, scale);
+    let (cluster, readers) = started_pool("pool-hung", scale, 32);
     let mut rng = rand::rngs::StdRng::seed_from_u64(18);
     let until = Instant::now() + Duration::from_secs(scale.pick(12, 90));
-    let fallbacks_before: u64 = (0..NODES).map(|i| node_counter(&cluster, i, "fallbacks")).sum();
+    let fallbacks_before: u64 = pool_counter(&cluster, "fallbacks");
     while Instant::now() < until {
         std::thread::sleep(Duration::from_millis(rng.random_range(500..2000)));
         let victim = rng.random_range(0..NODES);
@@ -144,7 +153,7 @@ fn hung_nodes(scale: Scale) -> Row {
         cluster.signal(victim, Signal::SIGCONT);
     }
     let calls = readers.finish(&mut row);
-    let fallbacks: u64 = (0..NODES).map(|i| node_counter(&cluster, i, "fallbacks")).sum();
+    let fallbacks: u64 = pool_counter(&cluster, "fallbacks");
     row.detected = fallbacks - fallbacks_before;
     row.note = format!(
         "detected = reads routed around a hung peer (fallbacks to the next owner or the origin); {calls} \
@@ -206,10 +215,9 @@ fn hostile_peers(scale: Scale) -> Row {
     let mut row =
         Row::new("cluster", "wrong secrets, garbage, oversized frames, idle crowds on the peer ports");
     let started = Instant::now();
-    let data = dataset("pool-hostile", scale, 34);
-    let cluster = Arc::new(Cluster::start(NODES, slots(scale), TIMEOUTS, &[]));
-    let readers = Readers::start(&cluster, &data, scale);
-    let refused_before: u64 = (0..NODES).map(|i| node_counter(&cluster, i, "refused_connections")).sum();
+    let (cluster, readers) = started_pool("pool-hostile", scale, 34);
+    let cluster = Arc::new(cluster);
+    let refused_before: u64 = pool_counter(&cluster, "refused_connections");
     let until = Instant::now() + Duration::from_secs(scale.pick(10, 60));
     let (attempts, typed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let strangers: Vec<_> = (0..6u64)
@@ -222,8 +230,7 @@ fn hostile_peers(scale: Scale) -> Row {
         s.join().expect("a stranger panicked");
     }
     let calls = readers.finish(&mut row);
-    let refused: u64 =
-        (0..NODES).map(|i| node_counter(&cluster, i, "refused_connections")).sum::<u64>() - refused_before;
+    let refused: u64 = pool_counter(&cluster, "refused_connections") - refused_before;
     row.injected = attempts.load(Ordering::Relaxed);
     row.detected = refused;
     let typed = typed.load(Ordering::Relaxed);
@@ -243,7 +250,7 @@ fn hostile_peers(scale: Scale) -> Row {
 /// One hostile client's loop on random slots of random nodes until `until`.
 fn stranger(cluster: &Cluster, seed: u64, until: Instant, attempts: &AtomicU64, typed: &AtomicU64) {
     use memarts_proxy::cluster::auth::Secret;
-    use memarts_proxy::cluster::peer_client::{PeerClient, PeerError};
+    use memarts_proxy::cluster::peer_client::{slot_address, PeerClient, PeerError};
     use memarts_proxy::cluster::Member;
     use std::io::{Read, Write};
 
@@ -252,8 +259,7 @@ fn stranger(cluster: &Cluster, seed: u64, until: Instant, attempts: &AtomicU64, 
     while Instant::now() < until {
         let i = rng.random_range(0..NODES);
         let slot = rng.random_range(0..cluster.slots);
-        let (host, port) = cluster.addresses[i].rsplit_once(':').unwrap();
-        let address = format!("{host}:{}", port.parse::<u32>().unwrap() + slot);
+        let address = slot_address(&cluster.addresses[i], slot).unwrap();
         attempts.fetch_add(1, Ordering::Relaxed);
         match rng.random_range(0..10) {
             0..=3 => {

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use memarts_proxy::cluster::peer_client::slot_address;
 use rand::{Rng, SeedableRng};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +54,11 @@ impl FaultyLink {
         let connections = Arc::new(AtomicU64::new(0));
         let threads = (0..slots)
             .map(|k| {
-                let listener = TcpListener::bind(slot(from, k)).expect("bind the faulty link");
+                let listener =
+                    TcpListener::bind(slot_address(from, k).unwrap()).expect("bind the faulty link");
                 listener.set_nonblocking(true).unwrap();
                 let (upstream, stop, fired, connections) =
-                    (slot(to, k), stop.clone(), fired.clone(), connections.clone());
+                    (slot_address(to, k).unwrap(), stop.clone(), fired.clone(), connections.clone());
                 std::thread::spawn(move || {
                     let mut rng = rand::rngs::StdRng::seed_from_u64(seed + u64::from(k));
                     while !stop.load(Ordering::Relaxed) {
@@ -97,11 +99,6 @@ impl FaultyLink {
             let _ = t.join();
         }
     }
-}
-
-fn slot(address: &str, k: u32) -> String {
-    let (host, port) = address.rsplit_once(':').unwrap();
-    format!("{host}:{}", port.parse::<u32>().unwrap() + k)
 }
 
 fn relay(client: TcpStream, upstream: &str, plan: Option<Plan>, stall: Duration, fired: Arc<[AtomicU64; 4]>) {

@@ -57,8 +57,7 @@ from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.f
     UntrustedFleetError,
 )
 from .shift import shift  # noqa: F401  (part of the API)
-
-_REMOTE = ("s3://", "obs://", "oss://", "s3a://")
+from ._urls import is_remote as _is_remote
 
 
 # Parsed by the extension, from the one table of settings every part of memarts shares
@@ -115,10 +114,6 @@ def mode():
     ``"embedded"`` (``USE_MEMARTS=1`` and no fleet: the engine runs in this process, on the shared
     cache dir) or ``"direct"`` (no memarts: objects are read from the origin, nothing is cached)."""
     return _fleet().mode
-
-
-def _is_remote(path):
-    return isinstance(path, str) and path.lower().startswith(_REMOTE)
 
 
 def _local_path(path):

@@ -17,7 +17,7 @@ import os
 import os.path
 import shutil
 
-_REMOTE = ("s3://", "obs://", "oss://", "s3a://")
+from ._urls import is_remote
 
 # (module, attribute) -> the original, while shifted.
 _originals = {}
@@ -40,7 +40,7 @@ def _remote(path):
             return None
     else:
         return None
-    return url if url.lower().startswith(_REMOTE) else None
+    return url if is_remote(url) else None
 
 
 def _file():
