@@ -57,20 +57,18 @@ impl Engine {
         let f = self
             .flights
             .join_fallible(id, "the fetch of this chunk", move |leader| async move {
+                // A cold first read may be fetching chunk 0 with the metadata (this reader found
+                // the metadata it put, or asked with a HEAD before the index was rebuilt): wait
+                // for it to keep the chunk. Before the look at the disk, not after: a first read
+                // that ended between the two would have been missed by both (R3).
+                if key.index == 0 {
+                    this.firsts.wait(first_flight(&url, key.chunk_size)).await;
+                }
                 // A flight that ended between our cache lookup and this one may have just
                 // written the chunk: look again before going to the origin.
                 if let Some(f) = this.read_from_disk(&key).await {
                     leader.publish(Ok(f));
                     return;
-                }
-                // A cold first read may be fetching chunk 0 with the metadata (a reader that found
-                // no metadata before the index was rebuilt asked with a HEAD instead, and comes
-                // here): wait for it and look again, so the chunk is fetched once (R3).
-                if key.index == 0 && this.firsts.wait(first_flight(&url, key.chunk_size)).await {
-                    if let Some(f) = this.read_from_disk(&key).await {
-                        leader.publish(Ok(f));
-                        return;
-                    }
                 }
                 // Held until the chunk is on disk (end of this block); never while waiting for
                 // anything else that needs the budget, so holders cannot wait on each other.

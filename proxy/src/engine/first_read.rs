@@ -103,7 +103,7 @@ impl Engine {
     /// A first read of a cold object in one ranged GET. Concurrent cold first reads of one object
     /// share that GET. `None`: the GET did not work out (an empty object, an origin without ETags, a
     /// transient failure): the caller takes the usual way, with its retries.
-    async fn read_first_cold(
+    pub(super) async fn read_first_cold(
         self: &Arc<Self>,
         url: ObjectUrl,
         chunk_size: u64,
@@ -113,6 +113,13 @@ impl Engine {
         let result = self
             .firsts
             .join_fallible(flight, "the first read of this object", move |leader| async move {
+                // The object was cold when the caller looked, but another first read (or a HEAD)
+                // may have ended between that look and this flight: its metadata is then known
+                // (put before its flight ended) and its chunk 0 on disk. The usual way reads them.
+                if this.meta.get(&url.to_string()).is_some() || !this.is_cold(&url, chunk_size) {
+                    leader.publish(Err(WireError::new(ErrorCode::OriginError, "no longer cold")));
+                    return;
+                }
                 let _held = this.budget.hold(chunk_size).await;
                 let got = this.origin.get_first(&url, chunk_size).await.map_err(WireError::from);
                 let got = got.and_then(|(meta, data)| match meta.etag.as_deref() {

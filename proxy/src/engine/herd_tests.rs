@@ -84,3 +84,27 @@ async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
     cache.wait_idle(Duration::from_secs(10)).await;
     assert_eq!(store.gets(), 1, "chunk 0 was fetched {} times", store.gets());
 }
+
+/// A reader that found the object cold may reach the first-read flight only after another cold
+/// first read has ended (fetched, kept and answered): it must not fetch chunk 0 a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_first_read_that_comes_after_another_ended_fetches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, cache) = slot(dir.path()).await;
+    cache.start_rebuild();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !cache.status().index_ready {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the index rebuild finished");
+    assert!(first(&cache).await == object());
+    assert_eq!(store.gets(), 1);
+    // What the late reader does once past its look at the cache: it joins (here: starts) the flight.
+    let url = memarts_protocol::ObjectUrl::parse("s3://b/o").unwrap();
+    let late = cache.read_first_cold(url, CHUNK).await;
+    assert!(late.is_none(), "the late reader is sent the usual way, to the cached chunk");
+    assert!(first(&cache).await == object());
+    assert_eq!((store.gets(), store.heads()), (1, 0), "chunk 0 was fetched again");
+}
