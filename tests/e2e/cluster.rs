@@ -58,14 +58,12 @@ fn three_nodes_reading_one_cold_dataset_fetch_each_chunk_once_in_the_cluster() {
     read_everywhere(&cluster, &data, 8);
     let gets = moto().gets_settled(&bucket);
     if gets != chunks(&data) {
-        let mut per_key = std::collections::BTreeMap::new();
-        for line in moto().lines(&format!("GET /{bucket}/")) {
-            *per_key.entry(line).or_insert(0) += 1;
-        }
-        per_key.retain(|_, n| *n > 1);
+        let repeated = cluster.repeated_gets();
         let failures = cluster.log_lines("peer read failed");
+        let rebuilt = cluster.log_lines("index rebuilt");
         panic!(
-            "{gets} origin GETs for {} chunks in the whole cluster: {per_key:#?}\n{failures:#?}",
+            "{gets} origin GETs for {} chunks in the whole cluster; the same bytes asked more than once: \
+             {repeated:#?}\npeer read failures: {failures:#?}\nindex rebuilds: {rebuilt:#?}",
             chunks(&data)
         );
     }

@@ -145,11 +145,6 @@ impl Moto {
         self.requests(&format!("GET /{bucket}/"))
     }
 
-    /// Logged request lines that start with `prefix` (for a failing test to show).
-    pub fn lines(&self, prefix: &str) -> Vec<String> {
-        self.log.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).cloned().collect()
-    }
-
     /// Logged requests whose line starts with `prefix`, e.g. `HEAD /bucket/key`.
     pub fn requests(&self, prefix: &str) -> usize {
         self.log.lock().unwrap().iter().filter(|l| l.starts_with(prefix)).count()
