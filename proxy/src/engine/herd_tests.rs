@@ -101,6 +101,8 @@ async fn a_cold_first_read_that_comes_after_another_ended_fetches_nothing() {
     .expect("the index rebuild finished");
     assert!(first(&cache).await == object());
     assert_eq!(store.gets(), 1);
+    // Its flight has ended (it may outlive the answer by a moment), as the late reader finds it.
+    cache.wait_idle(Duration::from_secs(10)).await;
     // What the late reader does once past its look at the cache: it joins (here: starts) the flight.
     let url = memarts_protocol::ObjectUrl::parse("s3://b/o").unwrap();
     let late = cache.read_first_cold(url, CHUNK).await;
