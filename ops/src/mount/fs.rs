@@ -128,6 +128,15 @@ impl MemartsFs {
                 return Ok(());
             }
         }
+        if s.len() == 0 {
+            s.closed_empty = true;
+            return Ok(());
+        }
+        self.publish(s)
+    }
+
+    /// Uploads the spool and makes the mount's view show the new object.
+    fn publish(&self, mut s: std::sync::MutexGuard<'_, Spool>) -> Result<(), Errno> {
         let result = s.publish(&self.view.fleet);
         let path = s.path.clone();
         drop(s);
@@ -516,7 +525,15 @@ impl Filesystem for MemartsFs {
             Some(Handle::Read(r)) => r.close(),
             Some(Handle::Write(spool)) => {
                 let mut s = spool.lock().unwrap_or_else(|p| p.into_inner());
-                if s.state == State::Open {
+                if s.state == State::Open && s.closed_empty {
+                    // Its opener closed it alive and nothing said otherwise since (an empty file,
+                    // or a `dd` that wrote through a dup'ed descriptor and was not killed).
+                    let url = s.url.clone();
+                    if let Err(e) = self.publish(s) {
+                        eprintln!("memarts mount: {url}: upload at release failed ({e:?})");
+                    }
+                    s = spool.lock().unwrap_or_else(|p| p.into_inner());
+                } else if s.state == State::Open {
                     // The opener never closed it (it was killed, or its close came from elsewhere).
                     eprintln!(
                         "memarts mount: {} released without its writer's close: nothing published",

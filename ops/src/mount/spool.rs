@@ -1,6 +1,7 @@
 //! One file being written: its bytes go to a private, unnamed temp file (never memory), in order
 //! only, and are uploaded whole (a multipart upload through the fleet for large files) when the
-//! process that opened it closes it. Until then the origin is untouched, so a writer that dies
+//! process that opened it closes it (with the bytes written so far; a close before any write waits
+//! for the release, see `closed_empty`). Until then the origin is untouched, so a writer that dies
 //! publishes nothing; an upload that fails fails the `close`.
 
 use std::fs::File;
@@ -31,12 +32,16 @@ pub struct Spool {
     /// The process (thread group) that opened the file: its `close` publishes.
     pub opener: u32,
     pub state: State,
+    /// The opener closed a descriptor of the file before writing anything, alive: an empty file
+    /// (`touch`), or a program that opens, `dup2`s and closes the first descriptor (`dd` does).
+    /// Published at release unless a later close says otherwise.
+    pub closed_empty: bool,
 }
 
 impl Spool {
     pub fn new(dir: &Path, path: String, url: String, opener: u32) -> std::io::Result<Spool> {
         let file = tempfile::tempfile_in(dir)?;
-        Ok(Spool { path, url, file, len: 0, opener, state: State::Open })
+        Ok(Spool { path, url, file, len: 0, opener, state: State::Open, closed_empty: false })
     }
 
     pub fn len(&self) -> u64 {
