@@ -58,7 +58,8 @@ demo: build
 # One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): the Rust bench (fleet.json),
 # the Python package (python.json), memarts against the tools users pick instead over an emulated
 # remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
-# against 3 independent fleets over one shared emulated link (cluster.json), then report.py merges
+# against 3 independent fleets over one shared emulated link (cluster.json), `memarts mount` against
+# local files and the s3fs / rclone mounts (mount.json; Debian packages), then report.py merges
 # them into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
@@ -67,6 +68,9 @@ bench: deps-test build
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/cluster_bench.py
+	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
+		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder

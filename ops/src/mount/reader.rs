@@ -6,7 +6,7 @@
 //! one fleet read per chunk, not per request. A handle read sequentially reads ahead: a window that
 //! starts at one chunk and doubles with each sequential read up to `max_ahead` chunks, fetched in
 //! the background by the prefetch workers. A read elsewhere (a seek) drops the window. Chunks
-//! behind the reader are dropped; every chunk kept holds a lease on the mount's [`Budget`].
+//! behind the reader are dropped; every chunk kept holds a lease on the mount's budget (`budget.rs`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
