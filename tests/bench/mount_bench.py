@@ -114,7 +114,10 @@ class Rclone:
              "--s3-access-key-id", "testing", "--s3-secret-access-key", "testing", "--read-only",
              "--vfs-cache-mode", "full", "--cache-dir", self.cache, "--dir-cache-time", "2h",
              "--vfs-cache-max-age", "2h"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            # rclone fails to start when AWS_CA_BUNDLE is set ("unsupported transport"); the server
+            # is plain HTTP on loopback, so no CA is needed.
+            env={k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"})
         wait_mounted(point, self.proc)
 
     def unmount(self, point):
@@ -186,7 +189,7 @@ def main():
     def mbs(nbytes, seconds):
         return nbytes / seconds / 1e6
 
-    out = {"large_bytes": LARGE, "small_files": SMALL_FILES, "small_file_bytes": 128 << 10,
+    out = {"scale": "small" if SMALL else "full", "large_bytes": LARGE, "small_files": SMALL_FILES, "small_file_bytes": 128 << 10,
            "local_page_cache": {"large_mbs": mbs(LARGE, local["large_s"]), "small_mbs": mbs(small_bytes, local["small_s"])},
            "tools": {}, "unavailable": unavailable,
            "mountpoint_s3": "not installable here: crates.io has only a placeholder crate named mountpoint-s3, "

@@ -20,6 +20,9 @@ use super::errno::failed;
 use super::prefetch::Prefetcher;
 use super::Fleet;
 
+/// Chunks kept behind the one a sequential reader is in.
+const BEHIND: u64 = 2;
+
 enum Slot {
     /// Being fetched (by a prefetch worker or another reader thread).
     Pending,
@@ -87,13 +90,17 @@ impl Reader {
         let (first, last) = (offset / self.chunk_size, (end - 1) / self.chunk_size);
         {
             let mut w = self.lock();
-            if offset == w.last_end {
+            // The kernel sends read-ahead requests in parallel, so sequential reads arrive a little
+            // out of order: anything within the window around the last read counts as sequential.
+            let reach = (w.ahead + 1) * self.chunk_size;
+            if offset <= w.last_end.saturating_add(reach) && offset.saturating_add(reach) >= w.last_end {
                 w.ahead = (w.ahead * 2).clamp(1, self.max_ahead);
+                w.last_end = w.last_end.max(end);
             } else {
                 w.ahead = 0;
                 w.chunks.retain(|&i, s| (first..=last).contains(&i) || matches!(s, Slot::Pending));
+                w.last_end = end;
             }
-            w.last_end = end;
         }
         let mut out = Vec::with_capacity((end - offset) as usize);
         for index in first..=last {
@@ -105,8 +112,9 @@ impl Reader {
         }
         let ahead = {
             let mut w = self.lock();
-            // The next sequential read starts in chunk `last` at the earliest.
-            w.chunks.retain(|&i, s| i >= last || matches!(s, Slot::Pending));
+            // The next sequential read starts in chunk `last` at the earliest; a request that
+            // arrived out of order may still want the chunk or two before it.
+            w.chunks.retain(|&i, s| i + BEHIND >= last || matches!(s, Slot::Pending));
             w.ahead
         };
         for index in (last + 1..self.chunks()).take(ahead as usize) {
