@@ -35,6 +35,10 @@ impl MemartsFs {
     }
 
     fn name<'a>(&self, name: &'a OsStr) -> Result<&'a str, Errno> {
+        if name.len() > 255 {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        // Object keys are UTF-8.
         let name = name.to_str().ok_or(Errno::EINVAL)?;
         if valid_name(name) {
             Ok(name)

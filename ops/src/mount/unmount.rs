@@ -1,6 +1,6 @@
 //! `memarts unmount MOUNTPOINT`: `fusermount3 -u` (or umount(2) as root), which ends the mount
-//! process; a mount whose process died (`kill -9`: "Transport endpoint is not connected") is
-//! unmounted the same way. Only FUSE mounts are touched.
+//! process; a mount whose process died (`kill -9`: "Transport endpoint is not connected", or
+//! "Software caused connection abort") is unmounted the same way. Only FUSE mounts are touched.
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
@@ -85,7 +85,9 @@ pub fn unmount(args: &UnmountArgs) -> Result<ExitCode> {
         }
         Some(_) => {}
     }
-    let stale = matches!(std::fs::metadata(path), Err(e) if e.raw_os_error() == Some(libc::ENOTCONN));
+    // The kernel says ENOTCONN, or ECONNABORTED while it is still tearing the connection down.
+    let stale = matches!(std::fs::metadata(path), Err(e)
+        if matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED)));
     unmount_at(path, args.lazy).map_err(|e| {
         if e.to_string().contains("busy") {
             e.context(format!("{} has files open; close them, or use --lazy", path.display()))
