@@ -128,7 +128,11 @@ impl MemartsFs {
                     s.url
                 );
                 s.state = State::Discarded;
-                self.end_write(&s.path);
+                let path = s.path.clone();
+                // Never wait for the writers' map while holding a spool: `learn` locks them the
+                // other way round.
+                drop(s);
+                self.end_write(&path);
                 return Ok(());
             }
         }

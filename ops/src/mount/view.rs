@@ -172,7 +172,9 @@ impl View {
         if node.kind == Kind::Dir {
             return Ok(self.opts.dir_attr(ino));
         }
-        if let Some(spool) = self.writers().get(&node.path).cloned() {
+        // Not `if let` on the guard: it would hold the writers' map while the spool is locked.
+        let spool = self.writers().get(&node.path).cloned();
+        if let Some(spool) = spool {
             let len = lock(&spool).len();
             return Ok(self.opts.file_attr(ino, len, now_ms()));
         }
@@ -193,7 +195,8 @@ impl View {
             (Kind::Dir, _) => self.opts.dir_attr(ino),
             (Kind::File, Some(m)) => self.opts.file_attr(ino, m.size, m.last_modified_ms),
             (Kind::File, None) => {
-                let len = self.writers().get(path).map_or(0, |s| lock(s).len());
+                let spool = self.writers().get(path).cloned();
+                let len = spool.map_or(0, |s| lock(&s).len());
                 self.opts.file_attr(ino, len, now_ms())
             }
         })
