@@ -10,7 +10,11 @@
   pick instead. Mountpoint for Amazon S3 is not in the registries this project can use (crates.io
   holds only a placeholder crate of that name; no Debian or PyPI package), so it is not compared.
 
-Each "warm" figure is the best of three rounds, each on a fresh mount of a warm cache. Writes
+Each "warm" figure is the best of three rounds, each on a fresh mount of a warm cache. The "cold"
+figures (the first pass) are written down but say little: moto's cost of one ranged GET grows with
+the object's size (a 1 MiB range takes 8 ms of a 1 MiB object, 61 ms of a 64 MiB one, 209 ms of a
+256 MiB one, measured here), which punishes chunked readers (memarts reads 1 MiB ranges) against one
+streaming GET (rclone); `compare.py` measures cold reads over an emulated link. Writes
 tests/bench/results/mount.json. Asserts nothing about timings.
 """
 
