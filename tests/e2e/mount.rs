@@ -89,7 +89,7 @@ fn listings_walk_the_tree_missing_names_are_enoent_and_stat_comes_from_the_origi
     // A name no file system has (longer than 255 bytes) is left out, not fatal.
     moto().put(&bucket, &format!("root/{}", "n".repeat(300)), b"long");
     let fleet = Fleet::start(2, ENV);
-    let m = fleet.mount(&format!("s3://{bucket}/root"), &["--negative-timeout", "2", "--entry-timeout", "1"]);
+    let m = fleet.mount(&format!("s3://{bucket}/root"), &["--negative-timeout", "6", "--entry-timeout", "1"]);
     let walked: Vec<String> = files_below(&m.point)
         .iter()
         .map(|p| p.strip_prefix(&m.point).unwrap().display().to_string())
@@ -106,12 +106,13 @@ fn listings_walk_the_tree_missing_names_are_enoent_and_stat_comes_from_the_origi
     assert_eq!((meta.uid(), meta.gid()), (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()));
     assert_eq!(std::fs::metadata(m.path("d1")).unwrap().mode() & 0o777, 0o755);
 
-    // Missing, then created at the origin: still missing within the negative timeout, then found.
+    // Missing, then created at the origin: still missing within the negative timeout (6 s: room for
+    // a slow put on a loaded machine), then found.
     let err = std::fs::metadata(m.path("late.txt")).unwrap_err();
     assert_eq!(errno(&err), libc::ENOENT);
     moto().put(&bucket, "root/late.txt", b"late");
     assert_eq!(errno(&std::fs::metadata(m.path("late.txt")).unwrap_err()), libc::ENOENT, "negative cache");
-    std::thread::sleep(Duration::from_millis(2500));
+    std::thread::sleep(Duration::from_millis(6500));
     assert_eq!(std::fs::read(m.path("late.txt")).unwrap(), b"late");
     let names: Vec<String> =
         std::fs::read_dir(&m.point).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
