@@ -442,3 +442,29 @@ fn odd_requests_get_an_errno_and_never_bring_the_mount_down() {
     assert!(std::fs::read(m.path("f.bin")).unwrap() == want);
     assert!(crate::common::mount::alive(m.pid), "the mount process died");
 }
+
+#[test]
+fn other_users_get_in_only_with_allow_other_and_the_kernel_checks_the_mode_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use crate::common::foreign::as_other_user;
+    let bucket = moto().bucket("mnt-others");
+    moto().put(&bucket, "f", b"shared");
+    let fleet = Fleet::start(1, ENV);
+    // Let uid 65534 reach the mount points (the run dir inside stays private).
+    std::fs::set_permissions(fleet.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = fleet.mount(&format!("s3://{bucket}"), &[]);
+    let shared = fleet.mount(&format!("s3://{bucket}"), &["--allow-other"]);
+    let cat = |p: &Path| as_other_user(Path::new("/bin/cat")).arg(p).output().unwrap();
+    let out = cat(&private.path("f"));
+    assert!(!out.status.success(), "another user read a mount made without --allow-other");
+    let out = cat(&shared.path("f"));
+    assert!(out.status.success() && out.stdout == b"shared", "with --allow-other: {}", text(&out.stderr));
+    let write = as_other_user(Path::new("/bin/sh"))
+        .args(["-c", &format!("echo x > '{}'", shared.path("new").display())])
+        .output()
+        .unwrap();
+    assert!(!write.status.success(), "another user wrote into a 0755 directory of the mounting user");
+    assert_eq!(std::fs::read(shared.path("f")).unwrap(), b"shared", "the owner still reads it");
+}
