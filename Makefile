@@ -16,7 +16,7 @@ deps-build:
 	@command -v protoc >/dev/null || { echo "installing protoc (the etcd client is generated at build time)"; \
 		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || { echo "cannot install protoc: install it (apt-get install protobuf-compiler)" >&2; exit 1; }; }
 
-# Everything the tests need beyond Rust: etcd and strace (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
+# Everything the tests need beyond Rust: etcd, strace and fuse3 (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
 # DataLoader and checkpoint tests. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
 PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch
@@ -25,6 +25,8 @@ deps-test: deps-build
 		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
 	@command -v strace >/dev/null || { echo "installing strace (the D1/S1 tests read system call order from it)"; \
 		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
+	@command -v fusermount3 >/dev/null || { echo "installing fuse3 (fusermount3: the memarts mount tests mount and unmount real FUSE file systems)"; \
+		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null || { echo "cannot install fuse3: install it (apt-get install fuse3)" >&2; exit 1; }; }
 	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
@@ -56,7 +58,8 @@ demo: build
 # One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): the Rust bench (fleet.json),
 # the Python package (python.json), memarts against the tools users pick instead over an emulated
 # remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
-# against 3 independent fleets over one shared emulated link (cluster.json), then report.py merges
+# against 3 independent fleets over one shared emulated link (cluster.json), `memarts mount` against
+# local files and the s3fs / rclone mounts (mount.json; Debian packages), then report.py merges
 # them into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
@@ -65,6 +68,9 @@ bench: deps-test build
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/cluster_bench.py
+	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
+		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder

@@ -61,6 +61,11 @@ pub enum Command {
     /// Read every object under a prefix through the fleet, filling the cache; prints the throughput
     /// and how much came from the cache and from the origin.
     Warmup(WarmupArgs),
+    /// Mount an object prefix as a POSIX directory (FUSE), read through the node's fleet and its
+    /// cache. Files written there are uploaded whole when closed; see the README's Mount section.
+    Mount(MountArgs),
+    /// Unmount a memarts mount, also one whose mount process died (kill -9) and left it stale.
+    Unmount(UnmountArgs),
     /// The cluster pool this node's fleet is part of.
     #[command(subcommand)]
     Cluster(ClusterCommand),
@@ -122,6 +127,75 @@ pub struct WarmupArgs {
     /// of origin bandwidth
     #[arg(long)]
     pub max_rate: Option<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Object prefix to mount: s3://bucket/prefix (obs://, oss:// alike), s3://bucket, or a local
+    /// or file:// directory
+    pub url_prefix: String,
+    /// Existing empty directory to mount it on
+    pub mountpoint: PathBuf,
+    /// Read-only mount (files 0444, directories 0555): the seed's read-only mode; pair it with long
+    /// timeouts and --kernel-cache for datasets that do not change
+    #[arg(long)]
+    pub read_only: bool,
+    /// Seconds the size, mtime and ETag of a file are trusted, by the kernel and by the mount,
+    /// before the origin is asked again (one HEAD); a file opened later than this after the
+    /// last check pins the origin's current version. 0 = ask at every open (consistent mode)
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    pub attr_timeout: f64,
+    /// Seconds a directory listing and a name found in it are trusted before the origin is
+    /// listed again: new objects written by others appear after at most this long
+    #[arg(long, default_value_t = 60.0, value_name = "S")]
+    pub entry_timeout: f64,
+    /// Seconds a missing name stays missing (ENOENT without asking the origin again); 0 = every
+    /// lookup of a missing name asks the origin, so objects others create appear at once
+    #[arg(long, default_value_t = 0.0, value_name = "S")]
+    pub negative_timeout: f64,
+    /// Keep the kernel's page cache of a file across opens even when the mount cannot tell that
+    /// the file is unchanged (without it the cache is kept only while the ETag stays the same,
+    /// like FUSE's auto_cache); for data that never changes
+    #[arg(long)]
+    pub kernel_cache: bool,
+    /// Let other users (and root) use the mount; needs user_allow_other in /etc/fuse.conf when
+    /// not mounting as root. Permission bits are checked by the kernel either way
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Stay in the foreground (logs on stderr) instead of returning once the mount is live
+    #[arg(long)]
+    pub foreground: bool,
+    /// Run the cache engine inside the mount process (on the cache dir) when no fleet runs,
+    /// like USE_MEMARTS=1 does for the Python package; without it and without a fleet the mount
+    /// refuses to start
+    #[arg(long)]
+    pub embedded: bool,
+    /// Directory of the private temp files that hold a file being written until its close
+    /// uploads it (unnamed: nothing is left behind by a crash); default: $TMPDIR, else /tmp
+    #[arg(long)]
+    pub spool_dir: Option<PathBuf>,
+    /// Read-ahead of one file read sequentially: the window grows from one chunk up to this
+    #[arg(long, default_value = "8MiB", value_name = "SIZE")]
+    pub max_readahead: String,
+    /// Memory that read chunks and read-ahead of all open files may hold at once; past it reads
+    /// go straight to the fleet without read-ahead
+    #[arg(long, default_value = "256MiB", value_name = "SIZE")]
+    pub readahead_memory: String,
+    /// Kernel requests served at once (threads)
+    #[arg(long, default_value_t = 16)]
+    pub threads: usize,
+    /// Log file of the background mount process; default: a mount-HASH.log file in the run dir
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct UnmountArgs {
+    /// Where the mount is
+    pub mountpoint: PathBuf,
+    /// Detach the mount now even if files on it are open (umount -l); it goes away when they close
+    #[arg(long)]
+    pub lazy: bool,
 }
 
 #[derive(Args, Debug)]
@@ -227,6 +301,8 @@ pub fn main() -> ExitCode {
         Command::Ls(a) => crate::transfer::ls(&cli.common, a),
         Command::Cp(a) => crate::transfer::cp(&cli.common, a),
         Command::Put(a) => crate::transfer::put(&cli.common, a),
+        Command::Mount(a) => crate::mount::mount(&cli.common, a),
+        Command::Unmount(a) => crate::mount::unmount(a),
         Command::Cluster(ClusterCommand::Status(a)) => crate::cluster::status(&cli.common, a),
     };
     match result {

@@ -5,6 +5,7 @@ mod cli;
 mod cluster;
 mod data;
 mod fleet;
+mod mount;
 mod settings;
 mod slots;
 mod status;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use memarts_protocol::layout::{fleet_file, socket_path};
 use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{
-    meta_owner_slot, ListEntry, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
+    meta_owner_slot, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
 };
 
 use crate::answer::expect_answer;
@@ -263,6 +263,25 @@ impl Client {
                 None => return Ok(out),
             }
         }
+    }
+
+    /// One page of the listing of `url` (see [`Client::list`]): at most `max_entries` entries after
+    /// `start_after`, and where the next page starts (`None` on the last one). For callers that page
+    /// themselves, or only ask whether anything is below a prefix (`memarts mount`'s lookups).
+    pub fn list_page(
+        &self,
+        url: &str,
+        recursive: bool,
+        start_after: Option<String>,
+        max_entries: u32,
+    ) -> Result<ListPage> {
+        let url = parse(url)?.to_string();
+        let slot = meta_owner_slot(&url, self.slots());
+        let req = ListRequest { url, recursive, start_after, max_entries: max_entries.clamp(1, 1000) };
+        self.with_slot(slot, self.deadline(), |conn| {
+            let reply = conn.call(&Request::List(req.clone()))?;
+            expect_answer!(reply.response, "List", Response::List(page) => page)
+        })
     }
 
     /// Every slot's part of the cluster pool (empty outside one; an error for a slot that does not

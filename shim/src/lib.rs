@@ -35,4 +35,4 @@ pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
-pub use memarts_protocol::{ListEntry, ObjectMeta, SlotStatus};
+pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, SlotStatus};

@@ -50,6 +50,14 @@ impl Client {
         self.put_with(url, size, |offset, buf| file.read_exact_at(buf, offset))
     }
 
+    /// Writes the bytes of the open file `file` (read from offset 0 to its current length, with
+    /// positioned reads: its offset is left alone) as the new version of `url`. For a file that has
+    /// no name to open again, such as an unnamed temp file (`memarts mount`'s write spool).
+    pub fn put_open_file(&self, url: &str, file: &File) -> Result<ObjectMeta> {
+        let size = file.metadata()?.len();
+        self.put_with(url, size, |offset, buf| file.read_exact_at(buf, offset))
+    }
+
     fn put_with(
         &self,
         url: &str,

@@ -4,8 +4,9 @@
 Inputs, all written by the same run: `fleet.json` (the Rust bench: warm reads through the Rust shim
 against the page cache, cold reads against direct ranged GETs, restart time), `python.json` (the
 Python package: small files, per-worker memory), `compare.json` (the peers over the emulated
-remote link) and `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
-emulated link: origin bytes, cold epoch time, warm reads from peers). A missing input is an error: a
+remote link), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
+emulated link: origin bytes, cold epoch time, warm reads from peers) and `mount.json` (`memarts
+mount` against local files in the page cache, s3fs and rclone). A missing input is an error: a
 report never mixes runs silently.
 
 `latest.json` keeps each input whole under its name and adds `ratios` (every ratio of the run, the
@@ -34,9 +35,15 @@ GOALS = {
 # Ratios reported next to the goals, without one of their own.
 REPORTED = {
     "cluster_warm_peers_vs_local": "cluster",
+    "mount_warm_large_vs_local_cat": "mount",
+    "mount_warm_small_vs_local": "mount",
+    "mount_warm_large_vs_s3fs": "mount",
+    "mount_warm_small_vs_s3fs": "mount",
+    "mount_warm_large_vs_rclone": "mount",
+    "mount_warm_small_vs_rclone": "mount",
 }
 
-INPUTS = ("fleet", "python", "compare", "cluster")
+INPUTS = ("fleet", "python", "compare", "cluster", "mount")
 
 
 def load(name):
@@ -192,6 +199,19 @@ def markdown(latest, rows):
                f"total), peers on loopback."), "",
               "| scenario | pool of 3 nodes | 3 independent fleets | ratio |", "|---|---:|---:|---:|"]
     lines += [f"| {label} | {a} | {b} | {ratio} |" for label, a, b, ratio in cluster_rows(cl)]
+    mt = latest["mount"]
+    lines += ["", (f"`memarts mount` (`mount.json`, fresh mounts of warm caches, best of 3; moto on loopback, no link "
+                   f"emulation): one {mt['large_bytes'] >> 20} MiB file read by `cat`, {mt['small_files']} files of "
+                   f"{mt['small_file_bytes'] >> 10} KiB read by `open().read()`."), "",
+              "| mount | large file, MB/s | small files, MB/s |", "|---|---:|---:|",
+              f"| local files in the page cache | {fmt(mt['local_page_cache']['large_mbs'])} | "
+              f"{fmt(mt['local_page_cache']['small_mbs'])} |"]
+    for key, t in mt["tools"].items():
+        for phase, v in t.items():
+            lines.append(f"| {key}: {phase} | {fmt(v['large_mbs'])} | {fmt(v['small_mbs'])} |")
+    for key, why in mt.get("unavailable", {}).items():
+        lines.append(f"| {key} ({why}) | — | — |")
+    lines.append(f"| Mountpoint for S3 ({mt.get('mountpoint_s3', 'not measured')}) | — | — |")
     lines += ["", "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
     for key, g in latest["goals"].items():
         value = "—" if g["value"] is None else f"{g['value']:.2f}"

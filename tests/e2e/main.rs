@@ -16,6 +16,7 @@ mod engine_fallback;
 mod fork;
 mod lifecycle;
 mod memarts_only;
+mod mount;
 mod origin_errors;
 mod origin_faults;
 mod protocol_abuse;

@@ -7,6 +7,7 @@ pub mod files;
 pub mod fleet;
 pub mod foreign;
 pub mod moto;
+pub mod mount;
 pub mod raw;
 pub mod seccomp;
 
