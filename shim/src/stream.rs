@@ -124,11 +124,7 @@ impl Stream {
 
     /// A stream over the version `meta` names (e.g. from a metadata cache): nothing is asked.
     pub fn at_version(source: Source, url: &str, meta: ObjectMeta) -> Result<Stream> {
-        if meta.etag.as_deref().is_none_or(str::is_empty) {
-            return Err(Error::Origin(format!(
-                "{url}: the origin reports no ETag, so a stream cannot pin its version"
-            )));
-        }
+        // A version without an ETag cannot be pinned: its first chunk read says so (`read_at`).
         let cfg = (*source).as_ref().config();
         let chunk_size = cfg.chunk_size.max(1);
         let max_ahead = (cfg.readahead / chunk_size).max(1);
