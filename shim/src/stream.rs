@@ -163,6 +163,14 @@ impl Stream {
         self.ahead
     }
 
+    /// A probe that outlives the stream: how many of its workers still run (plus one while the
+    /// stream itself is alive). For tests of its shutdown.
+    #[doc(hidden)]
+    pub fn workers_probe(&self) -> impl Fn() -> usize + Send + 'static {
+        let weak = Arc::downgrade(&self.shared);
+        move || weak.strong_count()
+    }
+
     /// Moves the reader to `pos` (past the end is allowed: reads there return 0). A move anywhere
     /// but where the last read ended drops the window.
     pub fn seek_to(&mut self, pos: u64) {

@@ -124,3 +124,25 @@ fn the_window_is_in_flight_ahead_of_the_reader() {
     assert!(rest[..] == want[4 * CS as usize..]);
     assert_eq!(stream.window_chunks(), 64);
 }
+
+#[test]
+fn dropping_a_stream_stops_its_workers() {
+    let bucket = moto().bucket("stream-drop");
+    moto().put(&bucket, "o", &pattern(1800, 64 * CS as usize));
+    let fleet = Fleet::start(2, &[]);
+    let client =
+        Arc::new(Client::new(ShimConfig { parallel: 3, ..fleet.client(CS).config().clone() }).unwrap());
+    let mut stream = client.open_stream(&format!("s3://{bucket}/o")).unwrap();
+    let mut chunk = vec![0u8; CS as usize];
+    for _ in 0..4 {
+        stream.read_exact(&mut chunk).unwrap();
+    }
+    let probe = stream.workers_probe();
+    assert_eq!(probe(), 1 + 3, "the stream and its three workers");
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while probe() > 0 {
+        assert!(Instant::now() < deadline, "{} workers still run after the stream was dropped", probe());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
