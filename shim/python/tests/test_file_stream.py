@@ -75,3 +75,21 @@ def test_the_window_reaches_the_origin_ahead_of_the_reader(s3, bucket, fleet):
             assert time.time() < deadline, f"{fleet.total('misses') - before} misses: no read-ahead"
             time.sleep(0.02)
         assert f.read() == want[4 * CS :]
+
+
+@pytest.mark.proxy_only
+def test_a_file_opened_before_fork_reads_on_in_the_child(s3, bucket):
+    import os
+
+    want = pattern(44, 30 * CS + 5)
+    s3.put_object(Bucket=bucket, Key="forked", Body=want)
+    with mox.file.File(f"obs://{bucket}/forked", "rb") as f:
+        assert f.read(3 * CS) == want[: 3 * CS]  # the window and its workers are running
+        pid = os.fork()
+        if pid == 0:
+            # The child has none of the parent's workers: its stream starts a window of its own.
+            ok = f.read() == want[3 * CS :]
+            os._exit(0 if ok else 1)
+        assert f.read() == want[3 * CS :]
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child read wrong bytes"
