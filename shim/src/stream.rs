@@ -95,9 +95,10 @@ pub struct Stream {
     shared: Arc<Shared>,
     /// The process the workers belong to (a forked child starts its own).
     pid: u32,
-    /// Background fetchers a window gets (started with its first queued chunk).
+    /// Background fetchers a window may have; they start as chunks are queued (no more than are
+    /// queued: a two-chunk object gets one) and end with the stream.
     workers: usize,
-    started: bool,
+    started: usize,
     pos: u64,
     /// Where the last read ended: a read that starts there is sequential.
     last_end: u64,
@@ -135,7 +136,7 @@ impl Stream {
             shared: new_shared(),
             pid: std::process::id(),
             workers,
-            started: false,
+            started: 0,
             pos: 0,
             last_end: 0,
             last_chunk: None,
@@ -188,7 +189,7 @@ impl Stream {
             // been held by one of them at the fork. Start afresh.
             self.shared = new_shared();
             self.pid = std::process::id();
-            self.started = false;
+            self.started = 0;
             self.ahead = 0;
         }
         let cs = self.target.chunk_size;
@@ -236,25 +237,27 @@ impl Stream {
                 added = true;
             }
         }
+        let queued = w.queue.len();
         drop(w);
         if added {
             self.shared.changed.notify_all();
-            self.start_workers();
+            self.start_workers(queued.min(self.workers));
         }
     }
 
-    fn start_workers(&mut self) {
-        // The workers of this window exist once its first chunk is queued, and end with it.
-        if std::mem::replace(&mut self.started, true) {
-            return;
-        }
-        for i in 0..self.workers {
+    /// Brings the workers up to `want`.
+    fn start_workers(&mut self, want: usize) {
+        while self.started < want {
+            let i = self.started;
+            self.started += 1;
             let (target, shared) = (self.target.clone(), self.shared.clone());
             let spawned = std::thread::Builder::new()
-                .name(format!("memarts-stream-{i}"))
+                .name(format!("memarts-ahead{i}"))
                 .spawn(move || work(&target, &shared));
             if spawned.is_err() {
                 // No thread to spare: the reader fetches the queued chunks itself when it gets there.
+                self.started -= 1;
+                self.workers = self.started;
                 break;
             }
         }
