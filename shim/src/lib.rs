@@ -36,6 +36,7 @@ mod write;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
+pub use download::download_streamed;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
 pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, SlotStatus};

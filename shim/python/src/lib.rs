@@ -192,7 +192,7 @@ impl Client {
             version: None,
             last_modified_ms: 0,
         };
-        py.detach(|| self.inner.download_at_meta(url, &meta, &path, large_tasks, large_threshold))
+        py.detach(|| self.download_meta(url, &meta, &path, large_tasks, large_threshold))
             .map_err(|e| to_py(py, e))
     }
 
@@ -266,7 +266,11 @@ impl Client {
         large_tasks: usize,
         large_threshold: u64,
     ) -> PyResult<u64> {
-        py.detach(|| self.inner.download(url, &path, large_tasks, large_threshold)).map_err(|e| to_py(py, e))
+        py.detach(|| {
+            let meta = self.inner.stat(url)?;
+            self.download_meta(url, &meta, &path, large_tasks, large_threshold)
+        })
+        .map_err(|e| to_py(py, e))
     }
 
     /// Deletes `url` at the origin (an absent object is not an error).
@@ -305,6 +309,24 @@ impl Client {
     #[getter]
     fn chunk_size(&self) -> u64 {
         self.inner.config().chunk_size
+    }
+}
+
+impl Client {
+    /// An object copied as one range streams (its next chunks in flight while one is written);
+    /// one of at least `large_threshold` bytes with `large_tasks` > 1 goes as that many ranges.
+    fn download_meta(
+        &self,
+        url: &str,
+        meta: &memarts_protocol::ObjectMeta,
+        path: &std::path::Path,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> memarts_shim::Result<u64> {
+        if large_tasks > 1 && meta.size >= large_threshold {
+            return self.inner.download_at_meta(url, meta, path, large_tasks, large_threshold);
+        }
+        memarts_shim::download_streamed(self.inner.clone(), url, meta, path)
     }
 }
 

@@ -93,3 +93,14 @@ def test_a_file_opened_before_fork_reads_on_in_the_child(s3, bucket):
         assert f.read() == want[3 * CS :]
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, "the child read wrong bytes"
+
+
+def test_copy_of_a_multi_chunk_object_streams_byte_exact(s3, bucket, tmp_path):
+    want = pattern(45, 40 * CS + 77)
+    s3.put_object(Bucket=bucket, Key="copied", Body=want)
+    dst = tmp_path / "copied.bin"
+    mox.file.copy(f"obs://{bucket}/copied", str(dst))
+    assert dst.read_bytes() == want
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    mox.file.copy(f"obs://{bucket}/empty", str(tmp_path / "empty"))
+    assert (tmp_path / "empty").read_bytes() == b""
