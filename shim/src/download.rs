@@ -21,8 +21,28 @@ impl Client {
     /// offset. Objects of at least `large_threshold` bytes are split into `large_tasks` ranges copied
     /// at once (MoXing's `MOX_MEMARTS_LARGE_FILE_ACC`). Returns the size.
     pub fn download(&self, url: &str, path: &Path, large_tasks: usize, large_threshold: u64) -> Result<u64> {
-        let meta = self.stat(url)?;
-        self.download_at_meta(url, &meta, path, large_tasks, large_threshold)
+        match self.download_head(url, path)? {
+            Ok(size) => Ok(size),
+            Err(meta) => self.download_at_meta(url, &meta, path, large_tasks, large_threshold),
+        }
+    }
+
+    /// The first round trip of a download: the object's metadata and chunk 0 together, one GET when
+    /// the object is cold (where a stat and then a read cost two). An object of one chunk is written
+    /// to `path` from it at once (`Ok(size)`); a larger one's version comes back (`Err(meta)`) for
+    /// the caller's windowed or streamed copy, which finds chunk 0 cached.
+    pub fn download_head(&self, url: &str, path: &Path) -> Result<std::result::Result<u64, ObjectMeta>> {
+        let mut first = vec![0u8; self.config().chunk_size as usize];
+        let meta = self.read_head(url, &mut first)?;
+        if meta.size > self.config().chunk_size {
+            return Ok(Err(meta));
+        }
+        let size = meta.size as usize;
+        write_atomically(path, |tmp| -> Result<u64> {
+            File::create(tmp)?.write_all(&first[..size])?;
+            Ok(meta.size)
+        })
+        .map(Ok)
     }
 
     /// [`Client::download`] of the version `meta` names (e.g. from a local metadata cache).

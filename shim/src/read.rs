@@ -72,6 +72,27 @@ impl Client {
         Ok(meta)
     }
 
+    /// The metadata of `url` and its chunk 0, in one round trip to the owner of chunk 0 (one GET
+    /// when the object is cold, which leaves both in the fleet). Chunk 0's bytes (the first
+    /// `min(size, chunk size)` bytes of the object) go to the start of `first`, which must hold a
+    /// chunk. For readers that go on in windows of their own (`memarts warmup`).
+    pub fn read_head(&self, url: &str, first: &mut [u8]) -> Result<ObjectMeta> {
+        let cs = self.cfg.chunk_size;
+        if (first.len() as u64) < cs {
+            return Err(Error::BadRequest(format!(
+                "read_head: a buffer of {} bytes cannot hold a chunk",
+                first.len()
+            )));
+        }
+        let parsed = parse(url)?;
+        let url_text = parsed.to_string();
+        let slot = chunk_owner(&parsed, cs, 0, self.slots());
+        let deadline = Instant::now() + self.cfg.deadline;
+        let mut sink = Head { buf: crate::fill::as_room(first), len: 0, chunk: cs as usize };
+        self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, false, &mut sink))
+            .map(|(meta, _)| meta)
+    }
+
     /// A memarts-only object (`write_memarts`) into `sink`; returns its size.
     pub fn read_memarts_to(&self, url: &str, sink: &mut dyn Sink) -> Result<u64> {
         let url = parse(url)?.to_string();
@@ -243,6 +264,25 @@ fn run_parallel<T: Send>(workers: usize, jobs: Vec<T>, job: impl Fn(T) -> Result
 
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// The room of [`Client::read_head`]: the first chunk of the object only.
+struct Head<'a> {
+    buf: &'a mut Room,
+    len: usize,
+    chunk: usize,
+}
+
+impl Sink for Head<'_> {
+    fn reserve(&mut self, size: usize) -> Result<()> {
+        // `read_head` checked that a chunk fits.
+        self.len = size.min(self.chunk).min(self.buf.len());
+        Ok(())
+    }
+
+    fn room(&mut self) -> &mut Room {
+        &mut self.buf[..self.len]
+    }
 }
 
 #[cfg(test)]

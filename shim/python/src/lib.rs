@@ -266,9 +266,9 @@ impl Client {
         large_tasks: usize,
         large_threshold: u64,
     ) -> PyResult<u64> {
-        py.detach(|| {
-            let meta = self.inner.stat(url)?;
-            self.download_meta(url, &meta, &path, large_tasks, large_threshold)
+        py.detach(|| match self.inner.download_head(url, &path)? {
+            Ok(size) => Ok(size),
+            Err(meta) => self.download_meta(url, &meta, &path, large_tasks, large_threshold),
         })
         .map_err(|e| to_py(py, e))
     }
