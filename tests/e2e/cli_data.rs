@@ -175,3 +175,94 @@ fn warmup_fills_the_cache_and_honours_a_rate_cap() {
     assert!(text(&out.stdout).contains("0 from origin"), "{}", text(&out.stdout));
     assert_eq!(moto().gets_settled(&bucket), gets);
 }
+
+/// `memarts warmup` fetches each chunk once (one GET for a small object's metadata and data), and
+/// the fleet keeps the metadata too: reading everything afterwards asks the origin nothing, not
+/// even a HEAD. Objects larger than a read window are read in windows, byte-exact.
+#[test]
+fn warmup_fetches_each_chunk_once_and_leaves_the_next_epoch_nothing_to_ask() {
+    const MIB: usize = 1 << 20;
+    let bucket = moto().bucket("warmall");
+    let mut objects = Vec::new();
+    for i in 0..10u64 {
+        objects.push((format!("d/small-{i}"), pattern(4000 + i, 100 << 10)));
+    }
+    objects.push(("d/medium".to_string(), pattern(4100, 3 * MIB + 5)));
+    objects.push(("d/deep/large".to_string(), pattern(4101, 20 * MIB + 3)));
+    for (key, data) in &objects {
+        moto().put(&bucket, key, data);
+    }
+    let chunks: usize = objects.iter().map(|(_, d)| d.len().div_ceil(MIB)).sum();
+    let fleet = Fleet::start(2, &[("MOX_FILE_CHUNK_SIZE", "1048576")]);
+    let lists = |b: &str| moto().requests(&format!("GET /{b}?"));
+    let heads = |b: &str| moto().requests(&format!("HEAD /{b}/"));
+    let out = fleet.memarts(&["warmup", "--threads", "8", &format!("s3://{bucket}/d/")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("read 12 objects"), "{}", text(&out.stdout));
+    assert_eq!(moto().gets_settled(&bucket), chunks, "one GET per chunk");
+    assert_eq!(lists(&bucket), 1, "one LIST for the run");
+    let heads_after_warmup = heads(&bucket);
+    let client = fleet.client(MIB as u64);
+    for (key, data) in &objects {
+        assert!(client.read(&format!("s3://{bucket}/{key}")).unwrap() == *data, "{key}");
+    }
+    assert_eq!(moto().gets_settled(&bucket), chunks, "the epoch after the warmup fetched something");
+    assert_eq!(heads(&bucket), heads_after_warmup, "the epoch after the warmup asked for metadata");
+
+    // From a manifest: no LIST at all; keys relative to the prefix, URLs as they are, comments.
+    let other = moto().bucket("warmmanifest");
+    moto().put(&other, "m/a", &pattern(4200, 300 << 10));
+    moto().put(&other, "m/b/c", &pattern(4201, 2 * MIB));
+    moto().put(&other, "elsewhere", &pattern(4202, 10));
+    let manifest = fleet.dir.path().join("manifest.txt");
+    let listing = format!("# the training set\na 1\nb/c\n\ns3://{other}/elsewhere\n");
+    std::fs::write(&manifest, listing).unwrap();
+    let out =
+        fleet.memarts(&["warmup", "--manifest", manifest.to_str().unwrap(), &format!("s3://{other}/m")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("read 3 objects"), "{}", text(&out.stdout));
+    assert_eq!(lists(&other), 0, "a manifest needs no LIST");
+    assert_eq!(moto().gets_settled(&other), 1 + 2 + 1);
+    let missing = fleet.dir.path().join("missing.txt");
+    std::fs::write(&missing, "a\nnot-there\n").unwrap();
+    let out = fleet.memarts(&["warmup", "--manifest", missing.to_str().unwrap(), &format!("s3://{other}/m")]);
+    assert!(!out.status.success(), "a missing object is a failure");
+    assert!(
+        text(&out.stderr).contains("not-there") && text(&out.stderr).contains("1 of 2"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// On a terminal, `memarts warmup` draws its progress: bytes done of the total, the rate and an
+/// ETA (and draws nothing into a pipe or a log: the other tests read its plain output).
+#[test]
+fn warmup_shows_progress_with_rate_and_eta_on_a_terminal() {
+    use std::io::Read;
+    let bucket = moto().bucket("warmtty");
+    for i in 0..6 {
+        moto().put(&bucket, &format!("p/{i}"), &pattern(4300 + i, 256 << 10));
+    }
+    let fleet = Fleet::start(1, &[]);
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    // The command holds the terminal's side until it is dropped: then the child's exit closes it.
+    let child = fleet
+        .command(&["warmup", "--max-rate", "1MiB", &format!("s3://{bucket}/p")])
+        .stderr(std::process::Stdio::from(pty.slave))
+        .output()
+        .expect("run memarts");
+    assert!(child.status.success(), "{}", text(&child.stdout));
+    let mut drawn = Vec::new();
+    let mut master = std::fs::File::from(pty.master);
+    // The child has exited and closed its side: read what it drew until the pty says EIO.
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        drawn.extend_from_slice(&buf[..n]);
+    }
+    let drawn = text(&drawn);
+    assert!(drawn.contains("ETA") && drawn.contains("/s") && drawn.contains("1.50 MiB"), "{drawn:?}");
+    assert!(!text(&child.stdout).contains("ETA"), "progress goes to the terminal only");
+}
