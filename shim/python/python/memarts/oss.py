@@ -1,0 +1,472 @@
+"""Alibaba's OSS connector for AI/ML (``osstorchconnector``) over memarts: ``OssMapDataset``,
+``OssIterableDataset`` and ``OssCheckpoint`` with the connector's arguments, so a script written
+for it runs with one import changed::
+
+    from memarts.torch import OssMapDataset, OssCheckpoint   # was: from osstorchconnector import ...
+    dataset = OssMapDataset.from_prefix("oss://bucket/train/", endpoint=ENDPOINT,
+                                        transform=decode, cred_path=CRED_PATH, config_path="config.json")
+
+They are :class:`memarts.torch.MapDataset`, :class:`~memarts.torch.IterableDataset` and
+:class:`~memarts.torch.Checkpoint` underneath: every read goes through the node's cache.
+
+- ``endpoint`` (required, as in the connector) and ``cred_path`` (the credentials file, see
+  :mod:`memarts._oss_config`) say where the objects are and how to sign for them. memarts holds one
+  origin client per process (in proxy mode: per fleet), so they are **process-wide**: in embedded and
+  direct modes the first dataset or checkpoint sets ``AWS_ENDPOINT_URL`` and
+  ``MEMARTS_CREDENTIALS_FILE`` for the process (and for the DataLoader workers it starts) and
+  restarts the in-process engine; another one asking for a different endpoint or credentials file
+  in the same process is a :class:`~memarts.errors.ConfigError`. In proxy mode the fleet's
+  processes hold the origin client: the endpoint and credentials file must be the ones the fleet
+  was started with (read from its ``fleet.json``), else :class:`~memarts.errors.ConfigError` says
+  how to start it. Either way the engine re-reads the credentials file when it changes or its
+  credential nears ``Expiration``; a file already expired at construction is re-read until it is
+  renewed, for up to ``MEMARTS_TIMEOUT`` seconds.
+- ``config_path``: ``config.json`` (:mod:`memarts._oss_config`). ``logLevel`` / ``logPath``: the
+  ``memarts`` logger writes there at that level. ``auditPath``: requests slower than 100 ms
+  (:mod:`memarts._audit`). ``datasetConfig.prefetchConcurrency``: how many objects
+  ``OssIterableDataset`` fetches ahead at once. ``checkpointConfig.prefetchConcurrency``: how many
+  chunks ``OssCheckpoint.reader`` keeps in flight. ``prefetchWorker`` and ``uploadConcurrency`` are
+  checked and kept (``.prefetch_worker``, ``.upload_concurrency``) but change nothing: memarts' I/O
+  threads release the GIL, so there is no separate pool of "vCPUs" to size, and the fleet uploads
+  a checkpoint in 8 MiB parts, 4 at a time, whatever the client asks. Without ``config_path`` no
+  log or audit file is written and the defaults apply.
+- ``transform`` receives an object with ``.read()``, ``.key`` (its ``oss://`` URI), ``.size``,
+  ``.label`` (from a manifest), ``seek``/``tell``/``readinto``/``close`` and ``copy()``; the default
+  returns it.
+"""
+
+import io
+import json
+import logging
+import os
+import threading
+import warnings
+
+from . import file as _file
+from . import torch as _mt
+from ._audit import AuditLog, NoAudit
+from ._oss_config import OssConfig, OssConfigError, load_config, load_valid_credentials
+from .auth import _endpoint, _proxy_mode
+from .errors import BadRequestError, ConfigError
+
+_log = logging.getLogger("memarts")
+
+
+def identity(obj):
+    """The default transform: the object itself."""
+    return obj
+
+
+def imagenet_manifest_parser(reader):
+    """The connector's manifest format: one object a line, ``key<TAB>label`` (the label optional);
+    yields ``(key, label)``. Blank lines are skipped."""
+    for line in reader.read().decode("utf-8").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        key, _, label = line.partition("\t")
+        yield key.strip(), label.strip()
+
+
+class OssDataObject(_mt.DataObject):
+    """One object, as the connector's ``DataObject``: ``key`` (the URI), ``size``, ``label``, and a
+    binary file over its bytes (``read(n)``, ``readinto``, ``seek``, ``tell``). The bytes are read
+    through memarts once, on the first read (timed for the audit log)."""
+
+    __slots__ = ("label", "_size", "_pos", "_audit")
+
+    def __init__(self, url, label="", size=None, audit=None):
+        super().__init__(url)
+        self.label = label
+        self._size = size
+        self._pos = 0
+        self._audit = audit if audit is not None else NoAudit()
+
+    def _load(self):
+        if self._data is None:
+            with self._audit.timed("read", self.url) as t:
+                t.bytes = len(super().read())
+        return self._data
+
+    def read(self, size=-1):
+        """``size`` bytes from the current position (the rest if negative), as a file's ``read``."""
+        data = self._load()
+        start = self._pos
+        end = len(data) if size is None or size < 0 else min(len(data), start + size)
+        self._pos = max(start, end)
+        return data if start == 0 and end == len(data) else data[start:end]
+
+    def readinto(self, b):
+        chunk = self.read(len(memoryview(b)))
+        memoryview(b).cast("B")[: len(chunk)] = chunk
+        return len(chunk)
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise BadRequestError(f"seek to a negative position in {self.url}")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self):
+        return self._pos
+
+    @property
+    def size(self):
+        if self._data is not None:
+            return len(self._data)
+        if self._size is None:
+            self._size = _file.get_size(self.url)
+        return self._size
+
+    def copy(self):
+        """Another handle on the same bytes, at position 0."""
+        other = OssDataObject(self.url, self.label, self._size, self._audit)
+        other._data = self._data
+        return other
+
+    def close(self):
+        self._data = None
+        self._pos = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"OssDataObject({self.url!r}, label={self.label!r})"
+
+
+class _Objects:
+    """A dataset's ``object_type``: the :class:`OssDataObject` of a URL (picklable for workers)."""
+
+    def __init__(self, labels, audit):
+        self.labels = labels
+        self.audit = audit
+
+    def __call__(self, url):
+        return OssDataObject(url, self.labels.get(url, ""), audit=self.audit)
+
+
+class _FromStart:
+    """An iterable dataset's transform: prefetching has read each object; the user's transform
+    sees it from its first byte."""
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __call__(self, obj):
+        obj.seek(0)
+        return self.transform(obj)
+
+
+# --- endpoint= and cred_path=: one origin per process --------------------------------------------
+
+_origin_lock = threading.Lock()
+_origin = {}  # what this process's datasets asked for: {"endpoint": ..., "cred_path": ...}
+
+
+def _timeout():
+    try:
+        return float(os.environ.get("MEMARTS_TIMEOUT") or 30)
+    except ValueError:
+        return 30.0
+
+
+def _run_dir():
+    """The run dir the client looks in (memarts_settings' rule)."""
+    if os.environ.get("MEMARTS_RUN_DIR"):
+        return os.environ["MEMARTS_RUN_DIR"]
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "memarts")
+    return f"/tmp/memarts-{os.getuid()}"
+
+
+def _check_fleet(endpoint, cred_path):
+    """Proxy mode: the fleet reaches the origin; it must be the one asked for."""
+    path = os.path.join(_run_dir(), "fleet.json")
+    try:
+        with open(path, "rb") as f:
+            origin = json.load(f).get("origin") or {}
+    except (OSError, ValueError, AttributeError) as e:
+        warnings.warn(f"OSS connector: cannot read {path} to check the fleet's endpoint and credentials "
+                      f"file ({e}); reading with whatever the fleet was started with", RuntimeWarning, stacklevel=4)
+        return
+    theirs = origin.get("endpoint")
+    theirs = _endpoint(theirs, None, None) if theirs else "the AWS default endpoint"
+    if theirs != endpoint:
+        raise ConfigError(
+            f"endpoint={endpoint!r}: the memarts fleet in {_run_dir()} reaches {theirs} (in proxy mode the fleet holds "
+            f"the origin client); start it with AWS_ENDPOINT_URL={endpoint} (memarts start_proxy N)")
+    if cred_path:
+        fleet_cred = origin.get("credentials_file")
+        if not fleet_cred or os.path.realpath(fleet_cred) != os.path.realpath(cred_path):
+            had = f"the credentials file {fleet_cred}" if fleet_cred else "no credentials file"
+            raise ConfigError(
+                f"cred_path={cred_path!r}: the memarts fleet in {_run_dir()} was started with {had} (in proxy mode "
+                f"the fleet signs the requests); start it with MEMARTS_CREDENTIALS_FILE={cred_path}")
+
+
+def _apply_origin(endpoint, cred_path):
+    """Makes ``endpoint`` and ``cred_path`` the ones this process reads with (see the module);
+    returns the endpoint as a URL."""
+    if not endpoint:
+        raise BadRequestError("endpoint must be non-empty (the OSS endpoint, e.g. https://oss-cn-hangzhou.aliyuncs.com)")
+    url = _endpoint(str(endpoint), None, None)
+    cred = os.path.abspath(os.fspath(cred_path)) if cred_path else None
+    if cred:
+        load_valid_credentials(cred, wait=_timeout())  # a malformed file is an error here, naming the field
+    with _origin_lock:
+        for key, value in (("endpoint", url), ("cred_path", cred)):
+            had = _origin.get(key)
+            if value and had and had != value:
+                raise ConfigError(
+                    f"{key}={value!r}: this process already reads with {key}={had!r} (memarts holds one origin client "
+                    "per process; every dataset and checkpoint of a process must use the same endpoint and "
+                    "credentials file)")
+        if _proxy_mode(_file):
+            _check_fleet(url, cred)
+        else:
+            wanted = {"AWS_ENDPOINT_URL": url}
+            if url.startswith("http://"):
+                wanted["AWS_ALLOW_HTTP"] = "true"
+            if cred:
+                wanted["MEMARTS_CREDENTIALS_FILE"] = cred
+            changed = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+            if changed:
+                os.environ.update(changed)
+                _file._reset_client()  # the in-process engine starts again with them
+        _origin["endpoint"] = url
+        if cred:
+            _origin["cred_path"] = cred
+    return url
+
+
+# --- config_path=: logging and the audit log ------------------------------------------------------
+
+_configured_logs = {}
+
+
+def _configure_logging(cfg):
+    path = os.path.abspath(cfg.log_path)
+    with _origin_lock:
+        handler = _configured_logs.get(path)
+        if handler is None:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                handler = logging.FileHandler(path, encoding="utf-8")
+            except OSError as e:
+                raise OssConfigError(f"{os.path.basename(cfg.source)}: logPath {path} cannot be opened: "
+                                     f"{e.strerror or e} (set logPath to a writable file)") from None
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s"))
+            _log.addHandler(handler)
+            _configured_logs[path] = handler
+        handler.setLevel(cfg.python_log_level)
+        if _log.level == logging.NOTSET or _log.level > cfg.python_log_level:
+            _log.setLevel(cfg.python_log_level)
+
+
+def _open_audit(cfg):
+    audit = AuditLog(cfg.audit_path)
+    try:
+        audit.open()
+    except OSError as e:
+        raise OssConfigError(f"{os.path.basename(cfg.source)}: auditPath {audit.path} cannot be opened: "
+                             f"{e.strerror or e} (set auditPath to a writable file)") from None
+    return audit
+
+
+class _Connector:
+    """What ``endpoint=``, ``cred_path=`` and ``config_path=`` give one dataset or checkpoint."""
+
+    def __init__(self, endpoint, cred_path, config_path):
+        self.config = load_config(config_path)  # checked before anything changes
+        self.endpoint = _apply_origin(endpoint, cred_path)
+        self.cred_path = cred_path or ""
+        self.config_path = config_path or ""
+        self.audit = NoAudit()
+        if self.config is not None:
+            _configure_logging(self.config)
+            self.audit = _open_audit(self.config)
+
+    @property
+    def settings(self):
+        return self.config or OssConfig()
+
+    def list_prefix(self, oss_uri):
+        with self.audit.timed("list", oss_uri):
+            return _mt.MapDataset.from_prefix(oss_uri).urls
+
+    def read_manifest(self, path, parser, base):
+        """``[(url, label)]`` of a manifest: ``base + key`` for each ``(key, label)`` the parser yields."""
+        with self.audit.timed("manifest", os.fspath(path)) as t:
+            data = _file.read(os.fspath(path), binary=True)
+            t.bytes = len(data)
+        return [(f"{base}{key}", label) for key, label in parser(io.BytesIO(data))]
+
+
+def _uris(object_uris):
+    return [object_uris] if isinstance(object_uris, str) else list(object_uris)
+
+
+class _OssDataset:
+    """The constructors both dataset kinds share (the connector's ``from_*``)."""
+
+    @classmethod
+    def from_objects(cls, object_uris, endpoint, *, cred_path="", config_path="", transform=identity):
+        """The objects named by ``object_uris`` (one URI or several)."""
+        if not object_uris:
+            raise BadRequestError("object_uris must be non-empty")
+        conn = _Connector(endpoint, cred_path, config_path)
+        return cls(endpoint, cred_path, config_path, _uris(object_uris), transform, _connector=conn, _how="from_objects")
+
+    @classmethod
+    def from_prefix(cls, oss_uri, endpoint, *, cred_path="", config_path="", transform=identity):
+        """Every object below the prefix ``oss_uri`` (one listing, now)."""
+        if not oss_uri:
+            raise BadRequestError("oss_uri must be non-empty")
+        conn = _Connector(endpoint, cred_path, config_path)
+        return cls(endpoint, cred_path, config_path, conn.list_prefix(oss_uri), transform, _connector=conn,
+                   _how=f"from_prefix {oss_uri}")
+
+    @classmethod
+    def from_manifest_file(cls, manifest_file_path, manifest_parser, oss_base_uri, endpoint, *, cred_path="",
+                           config_path="", transform=identity):
+        """The objects a manifest lists: ``manifest_parser`` gets a binary file over the manifest
+        (an object URI or a local path) and yields ``(key, label)``; each object is
+        ``oss_base_uri + key`` and its ``.label`` is ``label``."""
+        if not manifest_file_path:
+            raise BadRequestError("manifest_file_path must be non-empty")
+        if manifest_parser is None:
+            raise BadRequestError("manifest_parser must be given (e.g. imagenet_manifest_parser)")
+        conn = _Connector(endpoint, cred_path, config_path)
+        pairs = conn.read_manifest(manifest_file_path, manifest_parser, oss_base_uri or "")
+        return cls(endpoint, cred_path, config_path, [u for u, _ in pairs], transform, labels=dict(pairs),
+                   _connector=conn, _how=f"from_manifest_file {manifest_file_path}")
+
+    def _connect(self, endpoint, cred_path, config_path, labels, connector, how):
+        conn = connector or _Connector(endpoint, cred_path, config_path)
+        self.endpoint, self.cred_path, self.config_path = conn.endpoint, conn.cred_path, conn.config_path
+        self.config = conn.settings
+        self.object_type = _Objects(labels or {}, conn.audit)
+        _log.info("%s %s: %d objects, endpoint %s, memarts %s mode", type(self).__name__, how, len(self.urls),
+                  conn.endpoint, _file.mode())
+        return conn
+
+
+class OssMapDataset(_OssDataset, _mt.MapDataset):
+    """The connector's map-style dataset: random access, order and shuffling decided by the
+    DataLoader. Build it with ``from_prefix``, ``from_objects`` or ``from_manifest_file``. Items are
+    read when the DataLoader asks (``datasetConfig`` applies to :class:`OssIterableDataset`)."""
+
+    def __init__(self, endpoint, cred_path, config_path, object_uris, transform=identity, labels=None, *,
+                 _connector=None, _how="from_objects"):
+        _mt.MapDataset.__init__(self, _uris(object_uris), transform or identity)
+        self._connect(endpoint, cred_path, config_path, labels, _connector, _how)
+
+    def __getitem__(self, index):
+        _log.debug("OssMapDataset item %d: %s", index, self.urls[index])
+        return super().__getitem__(index)
+
+
+class OssIterableDataset(_OssDataset, _mt.IterableDataset):
+    """The connector's iterable dataset: streams the objects in order, sharded over ranks and
+    DataLoader workers, ``datasetConfig.prefetchConcurrency`` (24) objects fetched ahead at once."""
+
+    def __init__(self, endpoint, cred_path, config_path, object_uris, transform=identity, labels=None, *,
+                 _connector=None, _how="from_objects"):
+        conn = _connector or _Connector(endpoint, cred_path, config_path)
+        _mt.IterableDataset.__init__(self, _uris(object_uris), _FromStart(transform or identity),
+                                     prefetch=conn.settings.dataset.prefetch_concurrency)
+        self._connect(endpoint, cred_path, config_path, labels, conn, _how)
+        self.prefetch_worker = self.config.dataset.prefetch_worker
+
+
+class _CheckpointReader(io.BytesIO):
+    """What ``OssCheckpoint.reader`` returns: a seekable binary file over the whole checkpoint."""
+
+    def __init__(self, data, key):
+        super().__init__(data)
+        self.key = key
+        self.size = len(data)
+
+
+class _CheckpointWriter:
+    """What ``OssCheckpoint.writer`` returns: memarts' upload-on-close file, its upload timed for the
+    audit log."""
+
+    def __init__(self, f, key, audit):
+        self._f, self.key, self._audit, self._bytes = f, key, audit, 0
+
+    def write(self, b):
+        n = self._f.write(b)
+        self._bytes += n if isinstance(n, int) else memoryview(b).nbytes
+        return n
+
+    def close(self):
+        with self._audit.timed("checkpoint_write", self.key) as t:
+            t.bytes = self._bytes
+            self._f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return self._f.__exit__(exc_type, exc, tb)  # nothing is uploaded
+        with self._audit.timed("checkpoint_write", self.key) as t:
+            t.bytes = self._bytes
+            return self._f.__exit__(None, None, None)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+class OssCheckpoint(_mt.Checkpoint):
+    """The connector's checkpoint manager: ``with ckpt.reader(uri) as r: torch.load(r)``,
+    ``with ckpt.writer(uri) as w: torch.save(state, w)``. A reader holds one version of the
+    checkpoint, read with ``checkpointConfig.prefetchConcurrency`` (24) chunks in flight; a writer
+    uploads on close (nothing is visible before, nothing if the ``with`` block fails)."""
+
+    def __init__(self, endpoint, cred_path="", config_path=""):
+        self._connector = _Connector(endpoint, cred_path, config_path)
+        self.endpoint = self._connector.endpoint
+        self.cred_path, self.config_path = self._connector.cred_path, self._connector.config_path
+        ck = self._connector.settings.checkpoint
+        self.prefetch_concurrency = ck.prefetch_concurrency
+        self.prefetch_worker = ck.prefetch_worker
+        self.upload_concurrency = ck.upload_concurrency
+
+    def reader(self, oss_uri):
+        audit = self._connector.audit
+        with audit.timed("checkpoint_read", oss_uri) as t:
+            if _file._local_path(oss_uri) is not None:
+                data = super().reader(oss_uri).getvalue()
+            else:
+                fleet = _file._fleet()
+                stream = fleet.open_stream(oss_uri)  # pins one version
+                try:
+                    stream.set_readahead(self.prefetch_concurrency * fleet.chunk_size)
+                    data = stream.read()
+                finally:
+                    stream.close()
+            t.bytes = len(data)
+        _log.info("OssCheckpoint read %s: %d bytes", oss_uri, len(data))
+        return _CheckpointReader(data, oss_uri)
+
+    def writer(self, oss_uri):
+        _log.info("OssCheckpoint writing %s", oss_uri)
+        return _CheckpointWriter(super().writer(oss_uri), oss_uri, self._connector.audit)
+
+
+__all__ = ["OssMapDataset", "OssIterableDataset", "OssCheckpoint", "OssDataObject", "imagenet_manifest_parser",
+           "identity"]
