@@ -439,30 +439,41 @@ def test_datasets_and_checkpoint_with_the_connector_arguments(s3, bucket, node):
     assert "OssMapDataset item" not in log, "logLevel 1 (INFO) wrote DEBUG lines"
 
 
-def test_endpoint_names_the_origin_in_every_mode(node):
-    """Embedded (and direct) mode: the engine is started for endpoint=; proxy mode: the fleet
-    holds the origin client, and a dataset asking for another origin is an error saying how to
-    start the fleet."""
+@pytest.mark.parametrize("other", ["endpoint", "cred_path"])
+def test_endpoint_and_cred_path_name_the_origin_in_every_mode(node, other):
+    """Embedded (and direct) mode: the in-process engine is started with endpoint= and cred_path=;
+    proxy mode: the fleet holds the origin client, and a dataset asking for another endpoint or
+    credentials file than the fleet's is an error saying how to start the fleet."""
+    endpoint, cred = node.endpoint, node.cred
+    if other == "endpoint":
+        endpoint = "http://127.0.0.1:9"
+    else:
+        cred = os.path.join(node.dir, "other-credentials")
+        credentials(cred, "oss-key-8", stamp(3600))
     code = textwrap.dedent(f"""
         import os
         import memarts
         from memarts import errors
         from memarts.torch import OssMapDataset
         try:
-            ds = OssMapDataset.from_objects("oss://b/k", "http://127.0.0.1:9", cred_path={node.cred!r})
+            ds = OssMapDataset.from_objects("oss://b/k", {endpoint!r}, cred_path={cred!r})
         except errors.ConfigError as e:
             print("REFUSED", e)
         else:
-            assert os.environ["AWS_ENDPOINT_URL"] == "http://127.0.0.1:9" == ds.endpoint
-            assert os.environ["MEMARTS_CREDENTIALS_FILE"] == {node.cred!r}
+            assert os.environ["AWS_ENDPOINT_URL"] == {endpoint!r} == ds.endpoint
+            assert os.environ["MEMARTS_CREDENTIALS_FILE"] == {cred!r}
             print("MODE", memarts.file.mode())
     """)
     out = run_child(node, code).stdout
-    if node.mode == "proxy":
-        assert "REFUSED endpoint='http://127.0.0.1:9': the memarts fleet in" in out, out
-        assert f"start it with AWS_ENDPOINT_URL=http://127.0.0.1:9" in out, out
-    else:
+    if node.mode == "embedded":
         assert "MODE embedded" in out, out
+    elif other == "endpoint":
+        assert "REFUSED endpoint='http://127.0.0.1:9': the memarts fleet in" in out, out
+        assert "start it with AWS_ENDPOINT_URL=http://127.0.0.1:9" in out, out
+    else:
+        assert f"REFUSED cred_path={cred!r}: the memarts fleet in" in out, out
+        assert f"started with the credentials file {node.cred}" in out, out
+        assert f"start it with MEMARTS_CREDENTIALS_FILE={cred}" in out, out
 
 
 def test_an_expired_credentials_file_is_read_again_until_renewed(s3, bucket, node):
