@@ -37,6 +37,7 @@ from memarts._oss_config import (
     CredentialsFileError,
     OssConfig,
     OssConfigError,
+    load_valid_credentials,
     parse_config,
     parse_credentials,
 )
@@ -581,6 +582,19 @@ def test_credentials_file_fields_and_errors_naming_them():
     with pytest.raises(CredentialsFileError, match="not valid JSON") as e:
         parse_credentials('{"AccessKeyId": "ak", "AccessKeySecret": "' + SECRET, "/c")
     assert SECRET not in str(e.value)
+
+
+def test_a_credentials_file_never_renewed_is_an_error_naming_its_expiration(tmp_path):
+    from memarts.oss import CredentialsExpiredError
+
+    path = str(tmp_path / "credentials")
+    credentials(path, "ak", "2024-08-20T00:00:00Z")
+    with pytest.raises(CredentialsExpiredError) as e:
+        load_valid_credentials(path, wait=0.3)
+    assert f"credentials file {path}: Expiration 2024-08-20T00:00:00Z is past" in str(e.value)
+    assert isinstance(e.value, errors.PermissionDeniedError) and SECRET not in str(e.value)
+    credentials(path, "ak", stamp(60))
+    assert load_valid_credentials(path, wait=0).access_key_id == "ak"
 
 
 def test_a_malformed_config_or_credentials_file_fails_the_constructor(tmp_path):

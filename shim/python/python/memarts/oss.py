@@ -30,6 +30,10 @@ They are :class:`memarts.torch.MapDataset`, :class:`~memarts.torch.IterableDatas
   threads release the GIL, so there is no separate pool of "vCPUs" to size, and the fleet uploads
   a checkpoint in 8 MiB parts, 4 at a time, whatever the client asks. Without ``config_path`` no
   log or audit file is written and the defaults apply.
+- Errors: a malformed ``config.json`` is an :class:`OssConfigError`, a malformed credentials file a
+  :class:`CredentialsFileError` (both :class:`~memarts.errors.ConfigError`, so ``ValueError``); a
+  credential still expired when the wait ends is a :class:`CredentialsExpiredError` (a
+  :class:`~memarts.errors.PermissionDeniedError`).
 - ``transform`` receives an object with ``.read()``, ``.key`` (its ``oss://`` URI), ``.size``,
   ``.label`` (from a manifest), ``seek``/``tell``/``readinto``/``close`` and ``copy()``; the default
   returns it.
@@ -45,7 +49,14 @@ import warnings
 from . import file as _file
 from . import torch as _mt
 from ._audit import AuditLog, NoAudit
-from ._oss_config import OssConfig, OssConfigError, load_config, load_valid_credentials
+from ._oss_config import (  # noqa: F401  (the errors are part of this module's API)
+    CredentialsExpiredError,
+    CredentialsFileError,
+    OssConfig,
+    OssConfigError,
+    load_config,
+    load_valid_credentials,
+)
 from .auth import _endpoint, _proxy_mode
 from .errors import BadRequestError, ConfigError
 
@@ -469,4 +480,4 @@ class OssCheckpoint(_mt.Checkpoint):
 
 
 __all__ = ["OssMapDataset", "OssIterableDataset", "OssCheckpoint", "OssDataObject", "imagenet_manifest_parser",
-           "identity"]
+           "identity", "OssConfigError", "CredentialsFileError", "CredentialsExpiredError"]

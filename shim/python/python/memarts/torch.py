@@ -195,5 +195,14 @@ class Checkpoint:
         return _file.File(url, "wb")
 
 
-# Alibaba's OSS connector names (``endpoint=``, ``cred_path=``, ``config_path=``), in memarts.oss.
-from .oss import OssCheckpoint, OssIterableDataset, OssMapDataset, imagenet_manifest_parser  # noqa: E402,F401
+# Alibaba's OSS connector names (``endpoint=``, ``cred_path=``, ``config_path=``), from memarts.oss;
+# looked up when asked for, since memarts.oss builds on this module.
+_OSS_NAMES = ("OssMapDataset", "OssIterableDataset", "OssCheckpoint", "imagenet_manifest_parser")
+
+
+def __getattr__(name):
+    if name in _OSS_NAMES:
+        from . import oss
+
+        return getattr(oss, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
