@@ -664,3 +664,28 @@ def test_the_connector_names_and_arguments_exist():
         warnings.simplefilter("error")
         compile(edited_seed(endpoint="http://e", data_uri="oss://b/d/", checkpoint_uri="oss://b/c",
                             cred_path="/c"), "seed", "exec")
+
+
+def test_log_level_and_path_configure_the_memarts_logger(tmp_path):
+    import logging
+
+    from memarts import oss
+
+    logger = logging.getLogger("memarts")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        for value, wanted in ((0, ["DEBUG d", "INFO i", "WARNING w"]), (2, ["WARNING w"])):
+            path = tmp_path / f"level-{value}" / "connector.log"
+            oss._configure_logging(parse_config(json.dumps({"logLevel": value, "logPath": str(path)})))
+            logger.debug("d")
+            logger.info("i")
+            logger.warning("w")
+            logger.removeHandler(oss._configured_logs.pop(str(path)))
+            logger.setLevel(level)
+            lines = path.read_text().splitlines()
+            assert [f"{line.split()[2]} {line.split()[-1]}" for line in lines] == wanted, lines
+        with pytest.raises(OssConfigError, match="logPath /proc/no/connector.log cannot be opened"):
+            oss._configure_logging(parse_config(json.dumps({"logPath": "/proc/no/connector.log"})))
+    finally:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
