@@ -24,8 +24,9 @@ They are :class:`memarts.torch.MapDataset`, :class:`~memarts.torch.IterableDatas
 - ``config_path``: ``config.json`` (:mod:`memarts._oss_config`). ``logLevel`` / ``logPath``: the
   ``memarts`` logger writes there at that level. ``auditPath``: requests slower than 100 ms
   (:mod:`memarts._audit`). ``datasetConfig.prefetchConcurrency``: how many objects
-  ``OssIterableDataset`` fetches ahead at once. ``checkpointConfig.prefetchConcurrency``: how many
-  chunks ``OssCheckpoint.reader`` keeps in flight. ``prefetchWorker`` and ``uploadConcurrency`` are
+  ``OssIterableDataset`` fetches ahead at once. ``checkpointConfig.prefetchConcurrency``: the read-ahead
+  window of ``OssCheckpoint.reader``, in chunks (fetched by up to ``MOX_COPY_PARALLEL_THREADS``, 16,
+  threads at once: that is process-wide). ``prefetchWorker`` and ``uploadConcurrency`` are
   checked and kept (``.prefetch_worker``, ``.upload_concurrency``) but change nothing: memarts' I/O
   threads release the GIL, so there is no separate pool of "vCPUs" to size, and the fleet uploads
   a checkpoint in 8 MiB parts, 4 at a time, whatever the client asks. Without ``config_path`` no
@@ -445,7 +446,7 @@ class _CheckpointWriter:
 class OssCheckpoint(_mt.Checkpoint):
     """The connector's checkpoint manager: ``with ckpt.reader(uri) as r: torch.load(r)``,
     ``with ckpt.writer(uri) as w: torch.save(state, w)``. A reader holds one version of the
-    checkpoint, read with ``checkpointConfig.prefetchConcurrency`` (24) chunks in flight; a writer
+    checkpoint, read with a window of ``checkpointConfig.prefetchConcurrency`` (24) chunks; a writer
     uploads on close (nothing is visible before, nothing if the ``with`` block fails)."""
 
     def __init__(self, endpoint, cred_path="", config_path=""):
