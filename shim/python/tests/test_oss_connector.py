@@ -376,6 +376,10 @@ def test_datasets_and_checkpoint_with_the_connector_arguments(s3, bucket, node):
         ds = OssIterableDataset.from_manifest_file("oss://{bucket}/lists/train.tsv", imagenet_manifest_parser, base,
                                                    ep, transform=lambda o: (o.key, o.label), **kw)
         assert list(ds) == [(base + "a.bin", "cat"), (base + "b.bin", "dog"), (base + "c.bin", "")]
+        import torch
+        ds = OssIterableDataset.from_prefix(base, ep, transform=lambda o: (o.key, o.read()), **kw)
+        loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)  # sharded over the workers
+        assert sorted(tuple(item) for item in loader) == sorted(data.items())
 
         m = OssMapDataset.from_objects([base + "a.bin", base + "c.bin"], ep, **kw)
         assert len(m) == 2
