@@ -673,7 +673,7 @@ def test_the_connector_names_and_arguments_exist():
 def test_log_level_and_path_configure_the_memarts_logger(tmp_path):
     import logging
 
-    from memarts import oss
+    from memarts import _oss_connector as oss
 
     logger = logging.getLogger("memarts")
     level, handlers = logger.level, list(logger.handlers)
