@@ -11,6 +11,9 @@ object store costs rather than what loopback costs:
   (`mbps_per_conn`) and one shared by all connections (`mbps_total`). Buckets may run into debt; a
   sender then sleeps until the debt is paid, so the long-run rate of each bucket is exact whatever the
   number of connections.
+- signers (`count_signers`, off by default): the access key id of every SigV4-signed request
+  (`Credential=<key id>/...` in its `Authorization` header) is counted, so a test can tell which
+  credential its requests were signed with; `stats()["signers"]` holds the counts.
 
 Defaults: 20 ms, 50 MB/s per connection, 200 MB/s in total (1 MB = 10^6 bytes); overridden by the
 arguments of `start_relay`, else by BENCH_LINK_LATENCY_MS, BENCH_LINK_MBPS_PER_CONN and
@@ -25,6 +28,7 @@ Run as a script (`python3 relay.py HOST PORT [--latency-ms ..]`) to relay to HOS
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -32,6 +36,7 @@ import threading
 import time
 
 READ_SIZE = 64 << 10  # bytes per read: the granularity of throttling
+SIGNER = re.compile(rb"Credential=([A-Za-z0-9._-]+)/")
 
 
 def link_params(latency_ms=None, mbps_per_conn=None, mbps_total=None):
@@ -72,8 +77,9 @@ class TokenBucket:
 class Relay:
     """Connection handler of the relay: one upstream connection per client connection, two pumps."""
 
-    def __init__(self, target_host, target_port, params):
+    def __init__(self, target_host, target_port, params, count_signers=False):
         self.target = (target_host, target_port)
+        self.signers = {} if count_signers else None
         self.latency = params["latency_ms"] / 1000.0
         self.per_conn_rate = params["mbps_per_conn"] * 1e6
         self.total = TokenBucket(params["mbps_total"] * 1e6)
@@ -94,7 +100,10 @@ class Relay:
             self.tasks.discard(task)
 
     def stats(self):
-        return {"connections": self.connections, "requests": self.requests, "bytes_down": self.bytes_down}
+        out = {"connections": self.connections, "requests": self.requests, "bytes_down": self.bytes_down}
+        if self.signers is not None:
+            out["signers"] = dict(self.signers)
+        return out
 
     async def relay(self, client_reader, client_writer):
         try:
@@ -119,6 +128,10 @@ class Relay:
                     state["request_start"] = False
                     self.requests += 1
                     await asyncio.sleep(self.latency)
+                if self.signers is not None:
+                    for m in SIGNER.finditer(data):
+                        key = m.group(1).decode()
+                        self.signers[key] = self.signers.get(key, 0) + 1
                 await throttle(len(data))
                 server_writer.write(data)
                 await server_writer.drain()
@@ -152,11 +165,11 @@ class Relay:
 
 
 def start_relay_thread(target_host, target_port, latency_ms=None, mbps_per_conn=None, mbps_total=None,
-                       listen_host="127.0.0.1"):
+                       listen_host="127.0.0.1", count_signers=False):
     """Runs a relay to target_host:target_port on its own event loop in a daemon thread of this process.
     Returns (endpoint_url, stop_fn); `stop_fn.relay` is the Relay (counters), `stop_fn.params` the link."""
     params = link_params(latency_ms, mbps_per_conn, mbps_total)
-    relay = Relay(target_host, target_port, params)
+    relay = Relay(target_host, target_port, params, count_signers)
     loop = asyncio.new_event_loop()
     started = threading.Event()
     box = {}
@@ -206,7 +219,7 @@ def start_relay_thread(target_host, target_port, latency_ms=None, mbps_per_conn=
 
 
 def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, mbps_total=None,
-                listen_host="127.0.0.1"):
+                listen_host="127.0.0.1", count_signers=False):
     """Starts a relay to target_host:target_port in a subprocess of its own (so that relaying does not
     compete for the GIL with the process being measured). Returns (endpoint_url, stop_fn);
     `stop_fn.params` holds the link parameters, `stop_fn.stats()` returns the relay's counters and
@@ -215,7 +228,8 @@ def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, m
     proc = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), target_host, str(target_port),
          "--latency-ms", str(params["latency_ms"]), "--mbps-per-conn", str(params["mbps_per_conn"]),
-         "--mbps-total", str(params["mbps_total"]), "--listen", listen_host],
+         "--mbps-total", str(params["mbps_total"]), "--listen", listen_host]
+        + (["--count-signers"] if count_signers else []),
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
     def stats():
@@ -292,8 +306,10 @@ def main():
     ap.add_argument("--mbps-per-conn", type=float)
     ap.add_argument("--mbps-total", type=float)
     ap.add_argument("--listen", default="127.0.0.1")
+    ap.add_argument("--count-signers", action="store_true", help="count requests per SigV4 access key id")
     a = ap.parse_args()
-    url, stop = start_relay_thread(a.host, a.port, a.latency_ms, a.mbps_per_conn, a.mbps_total, a.listen)
+    url, stop = start_relay_thread(a.host, a.port, a.latency_ms, a.mbps_per_conn, a.mbps_total, a.listen,
+                                   a.count_signers)
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     signal.signal(signal.SIGINT, lambda *_: done.set())

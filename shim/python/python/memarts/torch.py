@@ -78,6 +78,9 @@ def _read_manifest(url):
 class MapDataset(_Dataset):
     """Random access over a fixed list of objects (the DataLoader's sampler shuffles and shards)."""
 
+    #: Makes the object handed to ``transform`` from a URL (a subclass may give its own kind).
+    object_type = DataObject
+
     def __init__(self, urls, transform=None):
         self.urls = list(urls)
         self.transform = transform or _identity
@@ -100,7 +103,7 @@ class MapDataset(_Dataset):
         return len(self.urls)
 
     def __getitem__(self, index):
-        return self.transform(DataObject(self.urls[index]))
+        return self.transform(self.object_type(self.urls[index]))
 
 
 def shard(items, rank, world_size, worker, num_workers):
@@ -132,6 +135,9 @@ class IterableDataset(_IterableDataset):
     """Streams a list of objects, sharded across distributed ranks and DataLoader workers, fetching
     up to ``prefetch`` objects ahead in parallel (in order)."""
 
+    #: Makes the object handed to ``transform`` from a URL (a subclass may give its own kind).
+    object_type = DataObject
+
     def __init__(self, urls, transform=None, prefetch=16):
         self.urls = list(urls)
         self.transform = transform or _identity
@@ -162,7 +168,7 @@ class IterableDataset(_IterableDataset):
         urls = self.shard_urls()
 
         def fetch(url):
-            obj = DataObject(url)
+            obj = self.object_type(url)
             obj.read()
             return obj
 
@@ -187,3 +193,16 @@ class Checkpoint:
     def writer(self, url):
         """A binary file that becomes the checkpoint when closed (uploaded then, for object URLs)."""
         return _file.File(url, "wb")
+
+
+# Alibaba's OSS connector names (``endpoint=``, ``cred_path=``, ``config_path=``), from memarts.oss;
+# looked up when asked for, since memarts.oss builds on this module.
+_OSS_NAMES = ("OssMapDataset", "OssIterableDataset", "OssCheckpoint", "imagenet_manifest_parser")
+
+
+def __getattr__(name):
+    if name in _OSS_NAMES:
+        from . import oss
+
+        return getattr(oss, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
