@@ -4,7 +4,7 @@
 Inputs, all written by the same run: `fleet.json` (the Rust bench: warm reads through the Rust shim
 against the page cache, cold reads against direct ranged GETs, restart time), `python.json` (the
 Python package: small files, per-worker memory), `compare.json` (the peers over the emulated
-remote link), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
+remote link), `link.json` (cold reads over an emulated link against its capacity, origin s3s-fs), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
 emulated link: origin bytes, cold epoch time, warm reads from peers) and `mount.json` (`memarts
 mount` against local files in the page cache, s3fs and rclone). A missing input is an error: a
 report never mixes runs silently.
@@ -30,6 +30,9 @@ GOALS = {
     "warm_vs_download_then_read": (">=", 1.0, "compare"),
     "cluster_origin_bytes_per_dataset_byte": ("<=", 1.02, "cluster"),
     "cluster_cold_epoch_time_vs_independent": ("<=", 0.4, "cluster"),
+    "cold_loader_vs_link": (">=", 0.8, "link"),
+    "cold_large_stream_vs_link": (">=", 0.8, "link"),
+    "warmup_vs_link": (">=", 0.9, "link"),
 }
 
 # Ratios reported next to the goals, without one of their own.
@@ -41,9 +44,15 @@ REPORTED = {
     "mount_warm_small_vs_s3fs": "mount",
     "mount_warm_large_vs_rclone": "mount",
     "mount_warm_small_vs_rclone": "mount",
+    "cold_loader_vs_measured_link": "link",
+    "cold_loader_vs_s3torchconnector": "link",
+    "cold_loader_vs_boto3": "link",
+    "cold_loader_prefetch_vs_plain": "link",
+    "warmup_vs_measured_link": "link",
+    "cold_large_stream_vs_boto3_download": "link",
 }
 
-INPUTS = ("fleet", "python", "compare", "cluster", "mount")
+INPUTS = ("fleet", "python", "compare", "cluster", "mount", "link")
 
 
 def load(name):
@@ -212,6 +221,18 @@ def markdown(latest, rows):
     for key, why in mt.get("unavailable", {}).items():
         lines.append(f"| {key} ({why}) | — | — |")
     lines.append(f"| Mountpoint for S3 ({mt.get('mountpoint_s3', 'not measured')}) | — | — |")
+    lk = latest["link"]
+    lk_link = lk["link"]
+    lines += ["", (f"Cold reads against the link (`link.json`, scale `{lk['scale']}`): origin {lk['origin']} behind the "
+                   f"emulated link (+{lk_link['latency_ms']:g} ms per request, {lk_link['mbps_per_conn']:g} MB/s per "
+                   f"connection, {lk_link['mbps_total']:g} MB/s in total); {lk['datasets']['small_files']} small files "
+                   f"of 64–255 KiB, one {lk['datasets']['large_bytes'] >> 20} MiB object; fresh caches."), "",
+              "| scenario | MB/s | × link | × measured link |", "|---|---:|---:|---:|"]
+    for key, row in lk["rows"].items():
+        if "mbs" in row:
+            lines.append(f"| {key} | {fmt(row['mbs'])} | {row['vs_link']:.2f} | {row['vs_measured_link']:.2f} |")
+        else:
+            lines.append(f"| {key} ({row.get('unavailable', 'not measured')}) | — | — | — |")
     lines += ["", "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
     for key, g in latest["goals"].items():
         value = "—" if g["value"] is None else f"{g['value']:.2f}"

@@ -1,0 +1,392 @@
+"""Cold reads against the link's capacity (issue 15's rows): `python3 tests/bench/link_bench.py`
+(`BENCH_SCALE=small` for the quick version; MEMARTS_BIN_DIR names the binaries, target/release by
+default). Writes tests/bench/results/link.json and prints a table. Asserts nothing about timings;
+every scenario checks the CRC32 of every item it read, so a broken one cannot report a fast number.
+
+The origin is s3s-fs 0.14.1 (an S3 server over a directory, in Rust) behind `relay.py` (20 ms per
+request, 50 MB/s per connection, 200 MB/s in total: BENCH_LINK_*). Not moto: moto reads the whole
+object for every ranged GET and serves a few hundred small GETs a second on a 2-core VM, below the
+link, so against it every client is origin-bound and a ratio to the link measures moto. s3s-fs is
+found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into target/bench-tools.
+
+Every scenario reads data no one read before: each memarts scenario has a fresh cache.
+
+- link (nominal): BENCH_LINK_MBPS_TOTAL;
+- link (measured): 64 threads of boto3 GETs of the small files, the most this link, origin and
+  machine deliver for small files with no cache in between;
+- memarts warmup: `memarts warmup PREFIX` at its default concurrency, small files;
+- DataLoader cold epoch, 4 workers, batch 32, shuffled, small files: memarts.torch.MapDataset with its
+  prefetching sampler (`ds.sampler(shuffle=True)`), the same dataset with torch's RandomSampler (no
+  prefetch: one GET per item per worker), s3torchconnector's S3MapDataset, and a boto3 Dataset
+  (`get_object` per item);
+- cold sequential read of one large object: `memarts cat URL > /dev/null` (a stream with read-ahead),
+  against boto3's `download_file` with its default TransferConfig (10 threads of 8 MiB ranges).
+"""
+
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import python_bench  # noqa: E402  (MEMARTS, ROOT)
+import relay  # noqa: E402
+
+ROOT = python_bench.ROOT
+MEMARTS = python_bench.MEMARTS
+SMALL_SCALE = os.environ.get("BENCH_SCALE") == "small"
+BUCKET = "link"
+KIB, MIB = 1 << 10, 1 << 20
+SCALE = {"small": {"files": 400, "large": 128 * MIB}, "full": {"files": 1500, "large": 512 * MIB}}[
+    "small" if SMALL_SCALE else "full"]
+CREDS = {"AWS_ACCESS_KEY_ID": "linkbench", "AWS_SECRET_ACCESS_KEY": "linkbench-secret",
+         "AWS_REGION": "us-east-1", "AWS_ALLOW_HTTP": "true"}
+WORKERS = 4
+BATCH = 32
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def s3s_fs_binary():
+    """s3s-fs 0.14.1: from BENCH_S3S_FS or PATH, else installed into target/bench-tools."""
+    found = os.environ.get("BENCH_S3S_FS") or shutil.which("s3s-fs")
+    tools = os.path.join(ROOT, "target", "bench-tools")
+    local = os.path.join(tools, "bin", "s3s-fs")
+    if not found and not os.path.exists(local):
+        print("installing s3s-fs 0.14.1 (cargo install, once) ...", flush=True)
+        subprocess.run(["cargo", "install", "--quiet", "--locked", "--root", tools, "s3s-fs", "--version", "0.14.1",
+                        "--features", "binary"], check=True)
+    return found or local
+
+
+def start_s3s_fs(root):
+    port = free_port()
+    proc = subprocess.Popen([s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(port),
+                             "--access-key", CREDS["AWS_ACCESS_KEY_ID"], "--secret-key",
+                             CREDS["AWS_SECRET_ACCESS_KEY"], root],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return f"http://127.0.0.1:{port}", proc
+        except OSError:
+            if time.time() > deadline or proc.poll() is not None:
+                raise SystemExit("s3s-fs did not start")
+            time.sleep(0.05)
+
+
+def s3_client(endpoint, pool=10):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=CREDS["AWS_ACCESS_KEY_ID"],
+                        aws_secret_access_key=CREDS["AWS_SECRET_ACCESS_KEY"],
+                        config=Config(max_pool_connections=pool, s3={"addressing_style": "path"}))
+
+
+class Data:
+    """The datasets: small files (64-255 KiB, fixed seed) and one large object, with their CRC32."""
+
+    def __init__(self, s3):
+        rng = random.Random(15)
+        s3.create_bucket(Bucket=BUCKET)
+        self.small = {}
+        for i in range(SCALE["files"]):
+            body = rng.randbytes(rng.randint(64 * KIB, 255 * KIB))
+            key = f"small/{i:05d}.bin"
+            s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+            self.small[key] = (len(body), zlib.crc32(body))
+        body = b"".join(rng.randbytes(64 * MIB) for _ in range(SCALE["large"] // (64 * MIB)))
+        s3.put_object(Bucket=BUCKET, Key="large.bin", Body=body)
+        self.large = (len(body), zlib.crc32(body))
+        self.small_bytes = sum(size for size, _ in self.small.values())
+
+    def check(self, what, got):
+        """`got`: {key: crc32} of every small file."""
+        bad = [k for k, (_, crc) in self.small.items() if got.get(k) != crc]
+        if bad:
+            raise AssertionError(f"{what}: {len(bad)} of {len(self.small)} items wrong or missing, e.g. {bad[:3]}")
+
+
+class Fleet:
+    """A fleet with a fresh cache whose origin is the relay."""
+
+    def __init__(self, base, name, endpoint):
+        self.dir = tempfile.mkdtemp(prefix=f"{name}-", dir=base)
+        self.env = dict(os.environ, **CREDS, AWS_ENDPOINT_URL=endpoint, MOX_FILE_CHUNK_SIZE=str(MIB),
+                        MEMARTS_RUN_DIR=os.path.join(self.dir, "run"), MEMARTS_CACHE_DIR=os.path.join(self.dir, "cache"))
+
+    def __enter__(self):
+        out = subprocess.run([MEMARTS, "start_proxy", "4"], env=self.env, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise SystemExit(f"start_proxy failed: {out.stdout}{out.stderr}")
+        return self
+
+    def __exit__(self, *exc):
+        subprocess.run([MEMARTS, "stop_proxy"], env=self.env, capture_output=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def timed(total_bytes, fn):
+    start = time.perf_counter()
+    fn()
+    secs = time.perf_counter() - start
+    return {"mbs": total_bytes / secs / 1e6, "seconds": secs}
+
+
+# ---------------------------------------------------------------- the scenarios
+
+
+def raw_parallel_gets(endpoint, data, threads=64):
+    from concurrent.futures import ThreadPoolExecutor
+
+    s3 = s3_client(endpoint, pool=threads)
+    got = {}
+
+    def get(key):
+        got[key] = zlib.crc32(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+    def run():
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(get, data.small))
+
+    out = timed(data.small_bytes, run)
+    data.check("64 boto3 threads", got)
+    return out
+
+
+def memarts_warmup(fleet, data, relay_stop):
+    before = relay_stop.stats()["requests"]
+
+    def run():
+        out = subprocess.run([MEMARTS, "warmup", f"s3://{BUCKET}/small/"], env=fleet.env, capture_output=True, text=True)
+        if out.returncode != 0 or f"read {len(data.small)} objects" not in out.stdout:
+            raise AssertionError(f"memarts warmup failed ({out.returncode}): {out.stdout}{out.stderr}")
+
+    out = timed(data.small_bytes, run)
+    out["origin_requests"] = relay_stop.stats()["requests"] - before
+    return out
+
+
+def _crc_item(obj):
+    return obj.key.split(f"{BUCKET}/", 1)[-1], zlib.crc32(obj.read())
+
+
+def _collate(batch):
+    return batch
+
+
+def loader_epoch(dataset, data, what, sampler=None):
+    import torch
+
+    kwargs = {"sampler": sampler} if sampler is not None else {"shuffle": True}
+    loader = torch.utils.data.DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate,
+                                         multiprocessing_context="fork", **kwargs)
+    got = {}
+
+    def run():
+        for batch in loader:
+            got.update(batch)
+
+    out = timed(data.small_bytes, run)
+    data.check(what, got)
+    return out
+
+
+def memarts_loader(fleet, data, relay_stop, prefetch):
+    """In a process of its own (memarts binds to the fleet of its environment once per process)."""
+    before = relay_stop.stats()["requests"]
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memarts-loader", str(int(prefetch))],
+                         env=fleet.env, input=json.dumps(list(data.small)), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"memarts DataLoader (prefetch={prefetch}) failed: {out.stderr[-2000:]}")
+    child = json.loads(out.stdout.strip().splitlines()[-1])
+    if "unavailable" in child:
+        return child
+    data.check(f"memarts DataLoader (prefetch={prefetch})", child.pop("got"))
+    child["origin_requests"] = relay_stop.stats()["requests"] - before
+    child["mbs"] = data.small_bytes / child["seconds"] / 1e6
+    return child
+
+
+def memarts_loader_child(prefetch):
+    from memarts.torch import MapDataset
+
+    keys = json.loads(sys.stdin.read())
+    ds = MapDataset.from_objects([f"s3://{BUCKET}/{k}" for k in keys], transform=_crc_item)
+    sampler = None
+    if prefetch:
+        if not hasattr(ds, "sampler"):
+            print(json.dumps({"unavailable": "memarts.torch.MapDataset has no prefetching sampler in this build"}))
+            return
+        sampler = ds.sampler(shuffle=True)
+    import torch
+
+    kwargs = {"sampler": sampler} if sampler is not None else {"shuffle": True}
+    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate,
+                                         multiprocessing_context="fork", **kwargs)
+    got = {}
+    start = time.perf_counter()
+    for batch in loader:
+        got.update(batch)
+    secs = time.perf_counter() - start
+    print(json.dumps({"seconds": secs, "got": got}))
+
+
+class Boto3Items:
+    """A map-style dataset whose item is one `get_object` (a boto3 client per worker process)."""
+
+    def __init__(self, endpoint, keys):
+        self.endpoint, self.keys, self.s3 = endpoint, keys, None
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        if self.s3 is None:
+            self.s3 = s3_client(self.endpoint)
+        key = self.keys[i]
+        return key, zlib.crc32(self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+
+def s3torchconnector_loader(endpoint, data):
+    try:
+        from s3torchconnector import S3ClientConfig, S3MapDataset
+    except ImportError as e:
+        return {"unavailable": f"cannot import s3torchconnector: {e}"}
+    ds = S3MapDataset.from_prefix(f"s3://{BUCKET}/small/", region="us-east-1", endpoint=endpoint,
+                                  s3client_config=S3ClientConfig(force_path_style=True),
+                                  transform=lambda obj: (obj.key, zlib.crc32(obj.read())))
+    return loader_epoch(ds, data, "s3torchconnector")
+
+
+def large_memarts_cat(fleet, data):
+    def run():
+        with open(os.devnull, "wb") as sink:
+            out = subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], env=fleet.env, stdout=sink,
+                                 stderr=subprocess.PIPE, text=True)
+        if out.returncode != 0:
+            raise AssertionError(f"memarts cat failed: {out.stderr}")
+
+    out = timed(data.large[0], run)
+    # The bytes: read again from the cache (warm, not timed) and checked.
+    check = subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], env=fleet.env, capture_output=True)
+    if zlib.crc32(check.stdout) != data.large[1]:
+        raise AssertionError("memarts cat of the large object: wrong bytes")
+    return out
+
+
+def large_boto3(endpoint, data, base):
+    s3 = s3_client(endpoint)
+    path = os.path.join(base, "large.download")
+
+    out = timed(data.large[0], lambda: s3.download_file(BUCKET, "large.bin", path))
+    with open(path, "rb") as f:
+        crc = 0
+        while piece := f.read(64 * MIB):
+            crc = zlib.crc32(piece, crc)
+    os.remove(path)
+    if crc != data.large[1]:
+        raise AssertionError("boto3 download_file of the large object: wrong bytes")
+    return out
+
+
+def ensure_s3torchconnector():
+    import importlib.util
+
+    if importlib.util.find_spec("s3torchconnector") is None:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "s3torchconnector"], capture_output=True)
+
+
+def main():
+    ensure_s3torchconnector()
+    base = tempfile.mkdtemp(prefix="memarts-linkbench-")
+    root = os.path.join(base, "origin")
+    os.makedirs(root)
+    origin, server = start_s3s_fs(root)
+    host, port = origin.rsplit("/", 1)[1].split(":")
+    link, relay_stop = relay.start_relay(host, int(port))
+    nominal = relay_stop.params["mbps_total"]
+    res = {"scale": "small" if SMALL_SCALE else "full", "link": relay_stop.params, "origin": "s3s-fs 0.14.1"}
+    try:
+        print("uploading the datasets ...", flush=True)
+        data = Data(s3_client(origin))
+        res["datasets"] = {"small_files": len(data.small), "small_bytes": data.small_bytes, "large_bytes": data.large[0]}
+        rows = {}
+        print("link, measured: 64 boto3 threads ...", flush=True)
+        rows["link_measured"] = raw_parallel_gets(link, data)
+        print("memarts warmup ...", flush=True)
+        with Fleet(base, "warmup", link) as fleet:
+            rows["memarts_warmup"] = memarts_warmup(fleet, data, relay_stop)
+        for prefetch in (True, False):
+            print(f"memarts DataLoader, prefetch={prefetch} ...", flush=True)
+            with Fleet(base, f"loader-{prefetch}", link) as fleet:
+                rows[f"memarts_loader_{'prefetch' if prefetch else 'plain'}"] = memarts_loader(
+                    fleet, data, relay_stop, prefetch)
+        print("s3torchconnector DataLoader ...", flush=True)
+        os.environ.update(CREDS)
+        rows["s3torchconnector_loader"] = s3torchconnector_loader(link, data)
+        print("boto3 DataLoader ...", flush=True)
+        rows["boto3_loader"] = loader_epoch(Boto3Items(link, list(data.small)), data, "boto3 items")
+        print("large object: memarts cat, boto3 download_file ...", flush=True)
+        with Fleet(base, "cat", link) as fleet:
+            rows["large_memarts_cat"] = large_memarts_cat(fleet, data)
+        rows["large_boto3_download"] = large_boto3(link, data, base)
+    finally:
+        relay_stop()
+        server.kill()
+        shutil.rmtree(base, ignore_errors=True)
+    measured = rows["link_measured"]["mbs"]
+    for row in rows.values():
+        if "mbs" in row:
+            row["vs_link"] = row["mbs"] / nominal
+            row["vs_measured_link"] = row["mbs"] / measured
+    res["rows"] = rows
+
+    def ratio(a, b, field="mbs"):
+        ra, rb = rows.get(a, {}), rows.get(b, {})
+        return ra[field] / rb[field] if field in ra and field in rb else None
+
+    loader = "memarts_loader_prefetch" if "mbs" in rows["memarts_loader_prefetch"] else "memarts_loader_plain"
+    res["ratios"] = {
+        "cold_loader_vs_link": rows[loader]["mbs"] / nominal,
+        "cold_loader_vs_measured_link": rows[loader]["mbs"] / measured,
+        "cold_loader_vs_s3torchconnector": ratio(loader, "s3torchconnector_loader"),
+        "cold_loader_vs_boto3": ratio(loader, "boto3_loader"),
+        "cold_loader_prefetch_vs_plain": ratio("memarts_loader_prefetch", "memarts_loader_plain"),
+        "warmup_vs_link": rows["memarts_warmup"]["mbs"] / nominal,
+        "warmup_vs_measured_link": rows["memarts_warmup"]["mbs"] / measured,
+        "cold_large_stream_vs_link": rows["large_memarts_cat"]["mbs"] / nominal,
+        "cold_large_stream_vs_boto3_download": ratio("large_memarts_cat", "large_boto3_download"),
+    }
+    print(f"\n{'scenario':<34} {'MB/s':>8} {'x link':>7} {'x measured':>11}")
+    for name, row in rows.items():
+        if "mbs" in row:
+            print(f"{name:<34} {row['mbs']:>8.1f} {row['vs_link']:>7.2f} {row['vs_measured_link']:>11.2f}")
+        else:
+            print(f"{name:<34} {row}")
+    path = os.path.join(ROOT, "tests", "bench", "results", "link.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--memarts-loader"]:
+        sys.exit(memarts_loader_child(sys.argv[2] == "1"))
+    sys.exit(main())
