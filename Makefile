@@ -59,7 +59,9 @@ demo: build
 # the Python package (python.json), memarts against the tools users pick instead over an emulated
 # remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
 # against 3 independent fleets over one shared emulated link (cluster.json), `memarts mount` against
-# local files and the s3fs / rclone mounts (mount.json; Debian packages), then report.py merges
+# local files and the s3fs / rclone mounts (mount.json; Debian packages), cold reads against the
+# emulated link's capacity on an s3s-fs origin (link.json; s3s-fs is cargo-installed into
+# target/bench-tools once), then report.py merges
 # them into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
@@ -72,6 +74,7 @@ bench: deps-test build
 	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
 		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/link_bench.py
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder

@@ -84,6 +84,39 @@ def test_copy_and_copy_parallel(s3, bucket, tmp_path):
     assert not [n for n in os.listdir(tmp_path / "all") if n.endswith(".tmp")]
 
 
+def test_copy_parallel_reports_progress_on_a_terminal_only(s3, bucket, tmp_path, monkeypatch, capfd):
+    import sys
+
+    for i in range(30):
+        s3.put_object(Bucket=bucket, Key=f"prog/{i:02d}.bin", Body=pattern(300 + i, 10_000))
+    mox.file.copy_parallel(f"obs://{bucket}/prog", str(tmp_path / "quiet"))
+    assert "ETA" not in capfd.readouterr().err, "progress drawn into a pipe"
+    master, slave = os.openpty()
+    terminal = os.fdopen(slave, "w")
+    monkeypatch.setattr(sys, "stderr", terminal)
+    try:
+        mox.file.copy_parallel(f"obs://{bucket}/prog", str(tmp_path / "shown"), threads=4)
+    finally:
+        monkeypatch.undo()
+        terminal.close()
+    os.set_blocking(master, False)
+    drawn = b""
+    while True:
+        try:
+            piece = os.read(master, 65536)
+        except (BlockingIOError, OSError):
+            break
+        if not piece:
+            break
+        drawn += piece
+    os.close(master)
+    # The terminal shows "\r\n" for the closing "\n".
+    lines = [line for line in drawn.decode().replace("\x1b[K", "").replace("\n", "").split("\r") if line]
+    assert lines and "copy_parallel: 30/30 files, 293.0 KiB/293.0 KiB" in lines[-1], drawn
+    assert "/s, ETA 0:00:0" in lines[-1], drawn
+    assert len(os.listdir(tmp_path / "shown")) == 30
+
+
 def test_file_objects_read_seek_readline_iterate_readinto(s3, bucket):
     lines = [f"line {i} {'x' * (i * 37 % 500)}\n" for i in range(2000)]
     text = "".join(lines)

@@ -43,6 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from . import _memarts
 from ._entries import DirEntry, FileStat, ScanDir, matches, split_pattern
 from ._file_object import open_local, open_object
+from ._progress import Progress
 from .auth import set_auth  # noqa: F401  (part of the API)
 from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.file's API)
     BadRequestError,
@@ -469,10 +470,17 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=
     del is_processing, use_queue
     src = src_url.rstrip("/")
     dst = dst_url.rstrip("/")
-    if file_list is None:
-        names = list_directory(src, recursive=True)
-    else:
+    total = None
+    if file_list is not None:
         names = [os.fspath(n).lstrip("/") for n in file_list]
+    elif _local_path(src) is None:
+        # One LIST, which also gives the sizes (for the progress report's ETA).
+        base = _canonical(src)
+        listed = sorted((_relative(base, u), size) for u, is_dir, size in _fleet().list(src, True) if not is_dir)
+        names = [n for n, _ in listed]
+        total = sum(size for _, size in listed)
+    else:
+        names = list_directory(src, recursive=True)
     if _local_path(dst) is not None:
         clash = sorted(set(names) & _parents(names))
         if clash:
@@ -480,9 +488,19 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=
                 f"{src}: {clash[0]!r} is both a file and a directory; a local file system cannot hold both"
             )
     workers = PARALLEL_THREADS if not threads or threads < 0 else int(threads)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in pool.map(lambda n: copy(f"{src}/{n}", f"{dst}/{n}"), names):
-            del done
+    progress = Progress("copy_parallel", len(names), total)
+
+    def one(name):
+        copy(f"{src}/{name}", f"{dst}/{name}")
+        local = _local_path(f"{dst}/{name}") or _local_path(f"{src}/{name}") if progress.on else None
+        progress.done(os.path.getsize(local) if local is not None else 0)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for done in pool.map(one, names):
+                del done
+    finally:
+        progress.close()
 
 
 def remove(url, recursive=False):
