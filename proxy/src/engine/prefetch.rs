@@ -12,10 +12,12 @@
 //!   that window would have evicted anyway.
 //! - The hint queue is bounded (`queue`: the oldest hints go first, counted); a URL waiting or
 //!   being fetched is not queued twice.
-//! - How many objects are fetched at once adapts (AIMD): it starts at `start`, grows by one per
-//!   completed fetch while hints wait, up to `max`; an origin that answers 503 SlowDown (or 429)
-//!   halves it (at most once per [`CUT_INTERVAL`], down to `min`) and pauses new fetches briefly.
-//!   With small objects on a link with a long round trip, tens of GETs must be in flight to fill it.
+//! - How many objects are fetched at once adapts (AIMD, as TCP's window): it starts at `start`
+//!   and grows by one per completed fetch while hints wait (up to `max`); an origin that answers
+//!   503 SlowDown (or 429) halves it (at most once per [`CUT_INTERVAL`], down to `min`), pauses new
+//!   fetches briefly, and from then on it grows by one per `limit` completed fetches only, until the
+//!   next cut. With small objects on a link with a long round trip, tens of GETs must be in flight
+//!   to fill it; an origin that throttles gets fewer.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -51,6 +53,11 @@ struct Queue {
     peak: u32,
     limit: u32,
     limit_low: u32,
+    /// Below it the limit grows by one per completed fetch, above it by one per `limit` of them:
+    /// `max` until the origin first throttles, then half the limit of the last cut.
+    threshold: u32,
+    /// Completed fetches since the limit last grew above `threshold`.
+    credit: u32,
     last_cut: Option<Instant>,
     paused_until: Option<Instant>,
 }
@@ -100,6 +107,8 @@ impl Prefetcher {
                 peak: 0,
                 limit: start,
                 limit_low: start,
+                threshold: u32::MAX,
+                credit: 0,
                 last_cut: None,
                 paused_until: None,
             }),
@@ -190,13 +199,23 @@ impl Prefetcher {
         if throttled {
             if q.last_cut.is_none_or(|t| now.duration_since(t) >= CUT_INTERVAL) {
                 q.limit = (q.limit / 2).max(q.cfg.min);
+                q.threshold = q.limit;
+                q.credit = 0;
                 q.limit_low = q.limit_low.min(q.limit);
                 q.last_cut = Some(now);
                 q.paused_until = Some(now + PAUSE);
                 self.counters.throttled.fetch_add(1, Ordering::Relaxed);
             }
         } else if !q.waiting.is_empty() && q.limit < q.cfg.max {
-            q.limit += 1;
+            if q.limit < q.threshold {
+                q.limit += 1;
+            } else {
+                q.credit += 1;
+                if q.credit >= q.limit {
+                    q.limit += 1;
+                    q.credit = 0;
+                }
+            }
         }
         drop(q);
         self.wake.notify_one();
@@ -390,6 +409,16 @@ mod tests {
         let s = p.status();
         assert_eq!((s.limit, s.limit_low, s.throttled), (3, 3, 1));
         assert!(matches!(p.next(), Err(Some(_))), "new fetches pause after a cut");
+        // After a cut it grows by one per `limit` completed fetches only.
+        p.queue().paused_until = None;
+        let three: Vec<Hint> = std::iter::from_fn(|| p.next().ok()).collect();
+        assert_eq!(three.len(), 3);
+        p.finished(&three[0], false);
+        p.finished(&three[1], false);
+        assert_eq!(p.status().limit, 3);
+        p.finished(&three[2], false);
+        assert_eq!(p.status().limit, 4);
+        p.queue().limit = 3;
         // A second throttled fetch right after is the same burst: no second cut.
         p.queue().paused_until = None;
         let h = p.next().unwrap();
