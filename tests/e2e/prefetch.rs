@@ -262,3 +262,56 @@ fn under_503_slowdown_bursts_every_item_is_read_and_fewer_requests_are_in_flight
         "no fewer requests in flight under throttling: {mean_busy:.1} vs {mean_calm:.1}"
     );
 }
+
+/// An older proxy cannot decode `Prefetch`: it answers `BadRequest` ("malformed message") and
+/// closes. The shim then loses those hints silently, counts them, and sends that slot no more.
+#[test]
+fn a_proxy_too_old_for_prefetch_gets_no_more_hints_and_nothing_fails() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::net::UnixListener;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
+    use memarts_protocol::{Limits, Welcome, WireError, PROTOCOL_VERSION};
+
+    let dir = tempfile::tempdir().unwrap();
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(run_dir.join("fleet.json"), br#"{"slots": 1}"#).unwrap();
+    let listener = UnixListener::bind(run_dir.join("proxy-0.sock")).unwrap();
+    let prefetches = Arc::new(AtomicU32::new(0));
+    let seen = prefetches.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { return };
+            let Ok((_, Request::Hello(_))) = frame::read_sync::<Request, _>(&mut s, Limits::REQUEST) else {
+                continue;
+            };
+            let welcome =
+                Welcome { protocol_version: PROTOCOL_VERSION, slot: 0, slots: 1, server: "old".into() };
+            s.write_all(&frame::encode(&Response::Welcome(welcome), 0).unwrap()).unwrap();
+            // What an older build's decoder says of a variant it does not know.
+            if let Ok((_, Request::Prefetch(_))) = frame::read_sync::<Request, _>(&mut s, Limits::REQUEST) {
+                seen.fetch_add(1, Ordering::SeqCst);
+            }
+            let err = WireError::new(
+                ErrorCode::BadRequest,
+                "malformed message: Found an enum discriminant that was not expected",
+            );
+            let _ = s.write_all(&frame::encode(&Response::Error(err), 0).unwrap());
+        }
+    });
+    let client = Client::new(memarts_shim::ShimConfig {
+        run_dir,
+        chunk_size: CS,
+        deadline: Duration::from_secs(5),
+        ..memarts_shim::ShimConfig::default()
+    })
+    .unwrap();
+    assert_eq!(client.prefetch(&["s3://b/a", "s3://b/b"]).unwrap(), 0);
+    assert_eq!(client.prefetch(&["s3://b/c"]).unwrap(), 0);
+    assert_eq!(prefetches.load(Ordering::SeqCst), 1, "the old slot got hints again");
+    let c = client.prefetch_counters();
+    assert_eq!((c.sent.load(Ordering::SeqCst), c.unsupported.load(Ordering::SeqCst)), (2, 3));
+}
