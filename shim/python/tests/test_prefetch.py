@@ -90,7 +90,7 @@ def test_dataloader_four_workers_shuffled_over_a_cold_prefix_reads_prefetched_hi
 
 
 def test_multi_chunk_objects_cost_one_get_per_chunk(s3, bucket, fleet):
-    data = _dataset(s3, bucket, "big", 12, size=lambda i: 2 * CHUNK + 333 * i)
+    data = _dataset(s3, bucket, "big", 12, size=lambda i: 2 * CHUNK + 1 + 333 * i)
     ds = MapDataset.from_prefix(f"obs://{bucket}/big/", transform=_sample)
     loader = DataLoader(ds, sampler=ds.sampler(shuffle=True, seed=1), batch_size=3, num_workers=4, collate_fn=list)
     assert sorted(_check_epoch(loader, data)) == sorted(data)
