@@ -9,10 +9,10 @@
 
 use std::fmt::Debug;
 
+use memarts_protocol::peer::{PeerRequest, PeerResponse};
 use memarts_protocol::{
     frame, ChunkRequest, FrameHead, Limits, ObjectUrl, Request, Response, FRAME_HEAD_LEN,
 };
-use memarts_protocol::peer::{PeerRequest, PeerResponse};
 use serde::{de::DeserializeOwned, Serialize};
 
 /// Checks one input; panics on any broken invariant.

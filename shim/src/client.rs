@@ -36,6 +36,8 @@ pub struct Client {
     pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
     /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
+    /// Slots that failed to take hints, and until when they get none.
+    prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -95,6 +97,7 @@ impl Client {
             pools: Mutex::new(Pools { pid: std::process::id(), per_slot: Vec::new() }),
             prefetch_counters: Default::default(),
             prefetch_unsupported: Mutex::default(),
+            prefetch_paused: Mutex::default(),
         })
     }
 
@@ -227,6 +230,23 @@ impl Client {
 
     pub(crate) fn set_prefetch_unsupported(&self, slot: u32) {
         self.prefetch_unsupported.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
+    }
+
+    pub(crate) fn prefetch_paused(&self, slot: u32) -> bool {
+        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
+        match paused.get(&slot) {
+            Some(&until) if Instant::now() < until => true,
+            Some(_) => {
+                paused.remove(&slot);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn pause_prefetch(&self, slot: u32, pause: Duration) {
+        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
+        paused.insert(slot, Instant::now() + pause);
     }
 
     /// `request` on a new connection to `slot`, once, within `timeout` (status requests).

@@ -17,6 +17,10 @@ use crate::error::{Error, Result};
 /// the time a sampler would lose waiting.
 const HINT_DEADLINE: Duration = Duration::from_secs(2);
 
+/// After a slot failed to take hints, how long it gets none (they are counted as failed): a slot
+/// that stays down must not cost the sampler [`HINT_DEADLINE`] at every call.
+const HINT_PAUSE: Duration = Duration::from_secs(10);
+
 /// What this client's hints did.
 #[derive(Debug, Default)]
 pub struct PrefetchCounters {
@@ -55,6 +59,10 @@ impl Client {
                 counters.unsupported.fetch_add(urls.len() as u64, Ordering::Relaxed);
                 continue;
             }
+            if self.prefetch_paused(slot) {
+                counters.failed.fetch_add(urls.len() as u64, Ordering::Relaxed);
+                continue;
+            }
             for part in urls.chunks(MAX_PREFETCH_URLS) {
                 let req = Request::Prefetch(PrefetchRequest { urls: part.to_vec(), chunk_size });
                 let n = part.len() as u64;
@@ -74,7 +82,10 @@ impl Client {
                         counters.unsupported.fetch_add(n, Ordering::Relaxed);
                         break;
                     }
-                    Err(_) => {
+                    Err(e) => {
+                        if matches!(e, Error::Unavailable(_) | Error::Io(_)) {
+                            self.pause_prefetch(slot, HINT_PAUSE);
+                        }
                         counters.failed.fetch_add(n, Ordering::Relaxed);
                         break;
                     }

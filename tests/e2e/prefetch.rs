@@ -315,3 +315,25 @@ fn a_proxy_too_old_for_prefetch_gets_no_more_hints_and_nothing_fails() {
     let c = client.prefetch_counters();
     assert_eq!((c.sent.load(Ordering::SeqCst), c.unsupported.load(Ordering::SeqCst)), (2, 3));
 }
+
+/// Hints to a slot that is down cost the caller a short wait once, then nothing for a while: a
+/// sampler never stalls on them, and no hint is an error.
+#[test]
+fn hints_to_a_slot_that_is_down_never_fail_and_stop_costing_time() {
+    use std::sync::atomic::Ordering;
+
+    let fleet = Fleet::start(1, &[]);
+    let client = fleet.client(CS);
+    fleet.stop_proxy();
+    let started = Instant::now();
+    assert_eq!(client.prefetch(&["s3://b/a", "s3://b/b"]).unwrap(), 0);
+    let first = started.elapsed();
+    assert!(first < Duration::from_secs(5), "the first hints waited {first:?}");
+    let started = Instant::now();
+    for _ in 0..10 {
+        assert_eq!(client.prefetch(&["s3://b/c"]).unwrap(), 0);
+    }
+    let later = started.elapsed();
+    assert!(later < Duration::from_millis(200), "hints to a down slot kept waiting: {later:?}");
+    assert_eq!(client.prefetch_counters().failed.load(Ordering::SeqCst), 12);
+}
