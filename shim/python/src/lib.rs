@@ -283,7 +283,8 @@ impl Client {
     /// `cached_chunks`, `cache_bytes_used`, and `slots_down` (slots that did not answer); the
     /// prefetchers' `prefetch_hinted`, `prefetched` (objects), `prefetched_chunks`,
     /// `prefetch_skipped_cached`, `prefetch_dropped`, `prefetch_throttled`, `prefetch_failed`,
-    /// `prefetch_queued`, `prefetch_inflight`, and this client's `prefetch_unsupported`.
+    /// `prefetch_queued`, `prefetch_inflight`, `prefetch_limit` (objects the slots may fetch at once
+    /// now), and this client's `prefetch_unsupported`.
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
         let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
         let mut sums = std::collections::BTreeMap::new();
@@ -312,6 +313,7 @@ impl Client {
                 ("prefetch_hinted", p.hinted),
                 ("prefetch_queued", p.queued),
                 ("prefetch_inflight", p.inflight),
+                ("prefetch_limit", p.limit),
                 ("prefetched", p.objects),
                 ("prefetched_chunks", p.chunks),
                 ("prefetch_skipped_cached", p.skipped_cached),

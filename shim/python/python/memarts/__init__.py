@@ -22,7 +22,7 @@ def stats():
     ``cached_chunks``, ``cache_bytes_used``, ``slots_down``; and what prefetching did:
     ``prefetch_hinted``, ``prefetched`` (objects fetched ahead), ``prefetched_chunks``,
     ``prefetch_skipped_cached``, ``prefetch_dropped``, ``prefetch_throttled``, ``prefetch_failed``,
-    ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_unsupported``."""
+    ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``."""
     return file._fleet().stats()
 
 
