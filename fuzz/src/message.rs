@@ -9,10 +9,10 @@
 
 use std::fmt::Debug;
 
+use memarts_protocol::peer::{PeerRequest, PeerResponse};
 use memarts_protocol::{
     frame, ChunkRequest, FrameHead, Limits, ObjectUrl, Request, Response, FRAME_HEAD_LEN,
 };
-use memarts_protocol::peer::{PeerRequest, PeerResponse};
 use serde::{de::DeserializeOwned, Serialize};
 
 /// Checks one input; panics on any broken invariant.
@@ -69,6 +69,7 @@ fn check_request(request: &Request) {
             list.start_after.as_deref().map(check_url);
         }
         Request::ReadFirst(first) => check_url(&first.url),
+        Request::Prefetch(p) => p.urls.iter().for_each(|u| check_url(u)),
         Request::Stat { url, .. }
         | Request::PutStart { url }
         | Request::Delete { url }
@@ -77,6 +78,7 @@ fn check_request(request: &Request) {
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus
+        | Request::PrefetchStatus
         | Request::PutData
         | Request::PutFinish { .. } => {}
     }

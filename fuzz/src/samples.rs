@@ -60,6 +60,11 @@ pub fn requests() -> Vec<Request> {
         Request::Delete { url: "file:///tmp/old".into() },
         Request::PutMemartsStart { url: "s3://bucket/scratch/x".into() },
         Request::ReadMemarts { url: "s3://bucket/scratch/x".into() },
+        Request::Prefetch(memarts_protocol::PrefetchRequest {
+            urls: vec!["obs://bucket/images/0002.jpg".into(), "/data/local.bin".into()],
+            chunk_size: 1 << 20,
+        }),
+        Request::PrefetchStatus,
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -113,6 +118,12 @@ pub fn responses() -> Vec<Response> {
         Response::PutAck { received: 1 << 20 },
         Response::Put(meta()),
         Response::Deleted,
+        Response::Prefetched { queued: 2 },
+        Response::PrefetchStatus(memarts_protocol::PrefetchStatus {
+            hinted: 3,
+            limit: 8,
+            ..Default::default()
+        }),
     ]
 }
 

@@ -46,6 +46,12 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     } else {
         Default::default()
     };
+    // A slot too old to know PrefetchStatus simply has no "prefetch" entry.
+    let prefetch: std::collections::HashMap<u32, _> = client
+        .prefetch_status(Duration::from_secs(3))
+        .into_iter()
+        .filter_map(|(slot, r)| r.ok().map(|p| (slot, p)))
+        .collect();
     for (slot, res) in client.status(Duration::from_secs(3)) {
         let v = match res {
             Ok(s) => json!({
@@ -73,13 +79,29 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 "served_bytes": c.served_bytes, "refused_connections": c.refused_connections,
             });
         }
+        if let Some(p) = prefetch.get(&slot).filter(|_| v["alive"] == true) {
+            v["prefetch"] = json!({
+                "hinted": p.hinted, "queued": p.queued, "inflight": p.inflight,
+                "peak_inflight": p.peak_inflight, "limit": p.limit, "limit_low": p.limit_low,
+                "limit_max": p.limit_max, "objects": p.objects, "chunks": p.chunks,
+                "skipped_cached": p.skipped_cached, "dropped": p.dropped, "throttled": p.throttled,
+                "failed": p.failed,
+            });
+        }
         slots.push(v);
     }
+    let psum = |k: &str| slots.iter().filter_map(|s| s["prefetch"][k].as_u64()).sum::<u64>();
+    let prefetch_totals = json!({
+        "hinted": psum("hinted"), "queued": psum("queued"), "inflight": psum("inflight"),
+        "objects": psum("objects"), "chunks": psum("chunks"), "skipped_cached": psum("skipped_cached"),
+        "dropped": psum("dropped"), "throttled": psum("throttled"), "failed": psum("failed"),
+    });
     let sum = |k: &str| slots.iter().filter_map(|s| s[k].as_u64()).sum::<u64>();
     let totals = json!({
         "hits": sum("hits"), "misses": sum("misses"), "bytes_from_cache": sum("bytes_from_cache"),
         "bytes_from_origin": sum("bytes_from_origin"), "cache_bytes_used": sum("cache_bytes_used"),
         "cache_capacity": sum("cache_capacity"), "cached_chunks": sum("cached_chunks"),
+        "prefetch": prefetch_totals,
     });
     if args.json {
         let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});
@@ -132,4 +154,20 @@ fn print_table(slots: &[Value], totals: &Value) {
         format_size(totals["cache_capacity"].as_u64().unwrap_or(0)),
         totals["cached_chunks"],
     );
+    let p = &totals["prefetch"];
+    if p["hinted"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "prefetch: {} hinted, {} objects ({} chunks) fetched ahead, {} already cached, {} queued, \
+             {} in flight, {} dropped, {} throttled, {} failed",
+            p["hinted"],
+            p["objects"],
+            p["chunks"],
+            p["skipped_cached"],
+            p["queued"],
+            p["inflight"],
+            p["dropped"],
+            p["throttled"],
+            p["failed"],
+        );
+    }
 }

@@ -189,6 +189,56 @@ pub enum Request {
     },
     /// The slot's part of the cluster pool: answered with `ClusterStatus` (empty outside a cluster).
     ClusterStatus,
+    /// Hints: objects the client will read soon (a sampler's next items), sent to the slot that owns
+    /// each one's chunk 0. Answered at once with `Prefetched`; the slot fetches them in the
+    /// background, as a read of them would. An older proxy answers `BadRequest` (it cannot decode
+    /// the variant) and closes the connection: clients then stop sending hints to it.
+    Prefetch(PrefetchRequest),
+    /// The slot's prefetch counters: answered with `PrefetchStatus`. A request of its own rather
+    /// than fields of `SlotStatus`, which an older shim could not decode with more fields.
+    PrefetchStatus,
+}
+
+/// Most URLs one `Prefetch` may carry.
+pub const MAX_PREFETCH_URLS: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefetchRequest {
+    /// At most [`MAX_PREFETCH_URLS`], each a URL a read would name.
+    pub urls: Vec<String>,
+    /// The chunk size the client reads with (part of every chunk's identity).
+    pub chunk_size: u64,
+}
+
+/// What a slot's prefetcher has done since it started, and its state now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrefetchStatus {
+    /// URLs received in hints.
+    pub hinted: u64,
+    /// Hints waiting for a fetcher now.
+    pub queued: u64,
+    /// Objects being fetched now.
+    pub inflight: u64,
+    /// Most objects fetched at once so far.
+    pub peak_inflight: u64,
+    /// How many may be fetched at once now (adaptive: halved when the origin throttles, grown
+    /// while hints wait), its lowest value so far, and its configured bounds.
+    pub limit: u64,
+    pub limit_low: u64,
+    pub limit_max: u64,
+    /// Objects whose chunks a prefetch fetched (or joined a fetch of), and those chunks.
+    pub objects: u64,
+    pub chunks: u64,
+    /// Hints for objects already cached: no origin request.
+    pub skipped_cached: u64,
+    /// Hints dropped: the queue was full (the oldest go), a duplicate of one waiting or running,
+    /// or a slot that caches nothing.
+    pub dropped: u64,
+    /// Times the limit was cut because the origin answered 503 SlowDown (or 429).
+    pub throttled: u64,
+    /// Prefetches that failed (the object is missing, the origin is down...): a later read of it
+    /// fails or succeeds on its own.
+    pub failed: u64,
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
@@ -227,6 +277,12 @@ pub enum Response {
     /// The object was deleted (or did not exist).
     Deleted,
     ClusterStatus(crate::peer::ClusterStatus),
+    /// Answer to `Prefetch`: how many of its URLs were queued (the others were cached, duplicates or
+    /// dropped).
+    Prefetched {
+        queued: u32,
+    },
+    PrefetchStatus(PrefetchStatus),
 }
 
 #[cfg(test)]

@@ -84,3 +84,15 @@ fn read_first_is_appended_after_the_original_variants() {
     };
     assert_eq!(&frame_of(&resp)[8..], &[7, 0, 0, 0, 0, 0]);
 }
+
+#[test]
+fn prefetch_is_appended_after_cluster_status() {
+    use memarts_protocol::PrefetchRequest;
+    let req = Request::Prefetch(PrefetchRequest { urls: vec!["/a".into()], chunk_size: 4096 });
+    assert_eq!(&frame_of(&req)[8..], &[14, 1, 2, b'/', b'a', 0x80, 0x20]);
+    assert_eq!(&frame_of(&Request::PrefetchStatus)[8..], &[15]);
+    assert_eq!(&frame_of(&Response::Prefetched { queued: 3 })[8..], &[13, 3]);
+    let status =
+        Response::PrefetchStatus(memarts_protocol::PrefetchStatus { hinted: 1, ..Default::default() });
+    assert_eq!(&frame_of(&status)[8..], &[14, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+}

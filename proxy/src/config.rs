@@ -8,6 +8,7 @@
 //! [`FleetConfig::apply_settings`] (the environment's values, parsed by `memarts_settings`). Errors are a [`ConfigError`] naming the setting (`config/error.rs`).
 
 mod error;
+mod prefetch;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 pub use error::{ConfigError, ValueError};
 pub use memarts_protocol::layout::{fleet_file, socket_path};
+pub use prefetch::PrefetchConfig;
 
 use crate::chunk_store::EngineKind;
 use memarts_settings::size::parse_size;
@@ -83,6 +85,8 @@ pub struct FleetConfig {
     /// The cluster this node's fleet is part of (`--cluster FILE --node ID`, `MEMARTS_CLUSTER`,
     /// `MEMARTS_NODE_ID`, or a `[cluster]` table); `None`: a single node, as without the pool.
     pub cluster: Option<crate::cluster::ClusterSettings>,
+    /// How a slot fetches the objects clients hint they will read next (`Request::Prefetch`).
+    pub prefetch: PrefetchConfig,
 }
 
 /// How to reach the origin and how hard to try.
@@ -155,6 +159,7 @@ impl Default for FleetConfig {
             memory_budget: None,
             origin: OriginConfig::default(),
             cluster: None,
+            prefetch: PrefetchConfig::default(),
         }
     }
 }
@@ -265,7 +270,7 @@ impl FleetConfig {
         if self.origin.credentials_file.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
             return Err(ConfigError::invalid("origin.credentials_file", "a path", "an empty string"));
         }
-        Ok(())
+        self.prefetch.validate()
     }
 
     /// Whether clients of other uids may use the fleet (`allowed_uids`): then its run dir is 0711,

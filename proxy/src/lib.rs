@@ -94,6 +94,7 @@ pub fn build_engine_with(
         Some(memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity).map_err(cache_dir)?)
     };
     let engine = Engine::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
+    engine.configure_prefetch(cfg.prefetch.clone());
     Ok((engine, fallback.map(|why| format!("using the pread engine: {why}"))))
 }
 

@@ -33,6 +33,11 @@ pub struct Client {
     owner: u32,
     slots: AtomicU32,
     pools: Mutex<Pools>,
+    pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
+    /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
+    prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
+    /// Slots that failed to take hints, and until when they get none.
+    prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -90,6 +95,9 @@ impl Client {
             owner,
             slots: AtomicU32::new(slots),
             pools: Mutex::new(Pools { pid: std::process::id(), per_slot: Vec::new() }),
+            prefetch_counters: Default::default(),
+            prefetch_unsupported: Mutex::default(),
+            prefetch_paused: Mutex::default(),
         })
     }
 
@@ -214,6 +222,38 @@ impl Client {
             std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
             backoff = (backoff * 2).min(Duration::from_millis(500));
         }
+    }
+
+    pub(crate) fn prefetch_unsupported(&self, slot: u32) -> bool {
+        self.prefetch_unsupported.lock().unwrap_or_else(|p| p.into_inner()).contains(&slot)
+    }
+
+    pub(crate) fn set_prefetch_unsupported(&self, slot: u32) {
+        self.prefetch_unsupported.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
+    }
+
+    pub(crate) fn prefetch_paused(&self, slot: u32) -> bool {
+        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
+        match paused.get(&slot) {
+            Some(&until) if Instant::now() < until => true,
+            Some(_) => {
+                paused.remove(&slot);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn pause_prefetch(&self, slot: u32, pause: Duration) {
+        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
+        paused.insert(slot, Instant::now() + pause);
+    }
+
+    /// `request` on a new connection to `slot`, once, within `timeout` (status requests).
+    pub(crate) fn call_once(&self, slot: u32, timeout: Duration, request: &Request) -> Result<Response> {
+        let mut conn =
+            Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)?;
+        Ok(conn.call(request)?.response)
     }
 
     fn deadline(&self) -> Instant {

@@ -10,6 +10,7 @@
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
 //! - [`stream`]: a sequential reader of one pinned version that keeps a growing window of chunk
 //!   fetches in flight on background threads (read-ahead for `cat`, Python `File` reads).
+//! - [`prefetch`]: hints of what will be read next, each sent to the slot its read starts at.
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
 //! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
@@ -29,6 +30,7 @@ mod fill;
 pub mod local_file;
 #[cfg(feature = "embedded")]
 pub mod mode;
+pub mod prefetch;
 mod read;
 pub mod stream;
 pub mod trust;
@@ -39,5 +41,5 @@ pub use config::ShimConfig;
 pub use download::download_streamed;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
-pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, SlotStatus};
+pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, PrefetchStatus, SlotStatus};
 pub use stream::Stream;

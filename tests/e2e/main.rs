@@ -19,6 +19,7 @@ mod memarts_only;
 mod mount;
 mod origin_errors;
 mod origin_faults;
+mod prefetch;
 mod protocol_abuse;
 mod reads;
 mod restart;

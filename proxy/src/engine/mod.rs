@@ -15,6 +15,7 @@
 //! - `rebuild.rs`: the background index rebuild after a start, and the default capacity;
 //! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
 //! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
+//! - `prefetch.rs`: objects clients hint they will read next, fetched ahead by adaptive fetchers;
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index and LRU), `meta.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
@@ -33,6 +34,7 @@ mod meta;
 mod metadata;
 mod open_chunks;
 mod peers;
+mod prefetch;
 mod rebuild;
 mod status;
 mod uploads;
@@ -54,6 +56,7 @@ pub use flight::Flights;
 pub use index::ChunkIndex;
 pub use meta::MetaCache;
 pub use open_chunks::OpenChunks;
+pub use prefetch::Prefetcher;
 pub use uploads::Upload;
 
 /// Chunks up to this size are read by the proxy and sent inline; larger hits pass the descriptor.
@@ -145,6 +148,8 @@ pub struct Engine {
     pub stats: Stats,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// Objects clients hinted they will read next, fetched in the background (`prefetch.rs`).
+    prefetcher: Arc<Prefetcher>,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
@@ -180,6 +185,7 @@ impl Engine {
             budget: MemoryBudget::new(budget),
             stats: Stats::default(),
             cluster: std::sync::OnceLock::new(),
+            prefetcher: Arc::default(),
         })
     }
 

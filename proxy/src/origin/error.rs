@@ -40,6 +40,17 @@ impl OriginError {
         matches!(self, OriginError::Failed(_) | OriginError::Malformed(_))
     }
 
+    /// Whether the origin asked us to slow down (503 SlowDown, 429): the prefetcher then fetches
+    /// fewer objects at once.
+    pub fn is_throttle(&self) -> bool {
+        match self {
+            OriginError::Failed(m) => {
+                m.contains("status code: 503") || m.contains("status code: 429") || m.contains("SlowDown")
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn from_store(e: object_store::Error) -> OriginError {
         use object_store::Error as E;
         match e {

@@ -48,6 +48,8 @@ pub struct OriginStats {
     pub requests: AtomicU64,
     pub retries: AtomicU64,
     pub bytes: AtomicU64,
+    /// Attempts the origin answered with 503 SlowDown or 429 (see [`OriginError::is_throttle`]).
+    pub throttled: AtomicU64,
 }
 
 /// S3 clients kept, one per bucket, the least recently used dropped first. Bucket names come from
@@ -220,7 +222,7 @@ impl Origin {
                 || self.count_retry(),
                 || async {
                     self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    store.head(&path).await.map_err(OriginError::from_store)
+                    store.head(&path).await.map_err(|e| self.classify(e))
                 },
             )
             .await?;
@@ -258,7 +260,7 @@ impl Origin {
                         range: Some(GetRange::Bounded(range.clone())),
                         ..GetOptions::default()
                     };
-                    let res = store.get_opts(&path, opts).await.map_err(OriginError::from_store)?;
+                    let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e))?;
                     if let Some(got) = res.meta.e_tag.as_deref() {
                         // Servers that ignore If-Match still report the version they served.
                         if got != etag {
@@ -314,7 +316,7 @@ impl Origin {
             || async {
                 self.stats.requests.fetch_add(1, Ordering::Relaxed);
                 let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
-                let res = store.get_opts(&path, opts).await.map_err(OriginError::from_store)?;
+                let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e))?;
                 let meta = to_meta(&res.meta);
                 let bytes = self.exact_body(url, res, 0..len.min(meta.size)).await?;
                 Ok((meta, bytes))
@@ -419,6 +421,15 @@ impl Origin {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let upload = store.put_multipart(&path).await.map_err(OriginError::from_store)?;
         Ok(Upload { writer: WriteMultipart::new_with_chunk_size(upload, part_size), written: 0, store, path })
+    }
+
+    /// An object_store error as ours, counting throttling answers.
+    fn classify(&self, e: object_store::Error) -> OriginError {
+        let e = OriginError::from_store(e);
+        if e.is_throttle() {
+            self.stats.throttled.fetch_add(1, Ordering::Relaxed);
+        }
+        e
     }
 
     fn count_retry(&self) {

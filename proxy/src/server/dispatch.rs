@@ -68,6 +68,14 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let status = cx.engine.cluster_status();
             cx.answer(Ok(Response::ClusterStatus(status))).await
         }
+        Request::Prefetch(req) => {
+            let reply = cx.engine.prefetch(&req).map(|queued| Response::Prefetched { queued });
+            cx.answer(reply).await
+        }
+        Request::PrefetchStatus => {
+            let status = cx.engine.prefetch_status();
+            cx.answer(Ok(Response::PrefetchStatus(status))).await
+        }
     }
 }
 

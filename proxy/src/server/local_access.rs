@@ -51,6 +51,7 @@ impl LocalAccess {
             Request::ReadFirst(f) => vec![(&f.url, read)],
             Request::List(l) => vec![(&l.url, read)],
             Request::ReadChunks(cs) => cs.iter().map(|c| (c.url.as_str(), read)).collect(),
+            Request::Prefetch(p) => p.urls.iter().map(|u| (u.as_str(), read)).collect(),
             Request::PutStart { url } | Request::Delete { url } => vec![(url, write)],
             Request::Hello(_)
             | Request::Status
@@ -58,7 +59,8 @@ impl LocalAccess {
             | Request::PutFinish { .. }
             | Request::PutMemartsStart { .. }
             | Request::ReadMemarts { .. }
-            | Request::ClusterStatus => Vec::new(),
+            | Request::ClusterStatus
+            | Request::PrefetchStatus => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

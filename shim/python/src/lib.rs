@@ -280,7 +280,11 @@ impl Client {
 
     /// Counters summed over the slots this client reaches (the fleet's, or the in-process engine's):
     /// `hits`, `misses`, `bytes_from_cache`, `bytes_from_origin`, `origin_requests`,
-    /// `cached_chunks`, `cache_bytes_used`, and `slots_down` (slots that did not answer).
+    /// `cached_chunks`, `cache_bytes_used`, and `slots_down` (slots that did not answer); the
+    /// prefetchers' `prefetch_hinted`, `prefetched` (objects), `prefetched_chunks`,
+    /// `prefetch_skipped_cached`, `prefetch_dropped`, `prefetch_throttled`, `prefetch_failed`,
+    /// `prefetch_queued`, `prefetch_inflight`, `prefetch_limit` (objects the slots may fetch at once
+    /// now), and this client's `prefetch_unsupported`.
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
         let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
         let mut sums = std::collections::BTreeMap::new();
@@ -302,7 +306,35 @@ impl Client {
             }
         }
         sums.entry("slots_down").or_insert(0);
+        // Slots too old to report prefetch counters add nothing to them.
+        let prefetch = py.detach(|| self.inner.prefetch_status(std::time::Duration::from_secs(5)));
+        for p in prefetch.into_iter().filter_map(|(_, r)| r.ok()) {
+            for (name, v) in [
+                ("prefetch_hinted", p.hinted),
+                ("prefetch_queued", p.queued),
+                ("prefetch_inflight", p.inflight),
+                ("prefetch_limit", p.limit),
+                ("prefetched", p.objects),
+                ("prefetched_chunks", p.chunks),
+                ("prefetch_skipped_cached", p.skipped_cached),
+                ("prefetch_dropped", p.dropped),
+                ("prefetch_throttled", p.throttled),
+                ("prefetch_failed", p.failed),
+            ] {
+                *sums.entry(name).or_insert(0) += v;
+            }
+        }
+        let own = self.inner.prefetch_counters();
+        sums.insert("prefetch_unsupported", own.unsupported.load(std::sync::atomic::Ordering::Relaxed));
         sums
+    }
+
+    /// Hints that `urls` will be read soon: the fleet fetches them ahead (each on the slot its read
+    /// starts at). Returns how many the slots queued; never fails for a slot that is down or too
+    /// old to take hints (those hints are lost, counted).
+    fn prefetch(&self, py: Python<'_>, urls: Vec<String>) -> PyResult<usize> {
+        let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+        py.detach(|| self.inner.prefetch(&refs)).map_err(|e| to_py(py, e))
     }
 
     /// Chunk size of this client's reads (`MOX_FILE_CHUNK_SIZE`).

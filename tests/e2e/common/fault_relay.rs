@@ -92,6 +92,12 @@ struct State {
     stop: AtomicBool,
     requests: AtomicU64,
     injected: AtomicU64,
+    /// Requests being served now, and the most at once since `reset_peak`.
+    inflight: AtomicU64,
+    peak: AtomicU64,
+    /// Since `reset_peak`: requests, and the sum of how many were in flight as each arrived.
+    arrivals: AtomicU64,
+    arrival_load: AtomicU64,
     refused_keys: AtomicU64,
     keys_seen: Mutex<std::collections::BTreeSet<String>>,
     rewrite: Mutex<Option<(String, String)>>,
@@ -165,6 +171,24 @@ impl FaultRelay {
 
     pub fn requests(&self) -> u64 {
         self.state.requests.load(Ordering::SeqCst)
+    }
+
+    /// The most requests the relay served at once since it started (or `reset_peak`).
+    pub fn peak_concurrency(&self) -> u64 {
+        self.state.peak.load(Ordering::SeqCst)
+    }
+
+    /// How many requests were in flight, on average, as each request since `reset_peak` arrived
+    /// (itself included).
+    pub fn mean_concurrency(&self) -> f64 {
+        let n = self.state.arrivals.load(Ordering::SeqCst).max(1);
+        self.state.arrival_load.load(Ordering::SeqCst) as f64 / n as f64
+    }
+
+    pub fn reset_peak(&self) {
+        self.state.peak.store(self.state.inflight.load(Ordering::SeqCst), Ordering::SeqCst);
+        self.state.arrivals.store(0, Ordering::SeqCst);
+        self.state.arrival_load.store(0, Ordering::SeqCst);
     }
 
     pub fn injected(&self) -> u64 {
@@ -353,6 +377,17 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
     }
     let Some(mut req) = read_request(&mut conn) else { return };
     st.requests.fetch_add(1, Ordering::SeqCst);
+    let now = st.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+    st.peak.fetch_max(now, Ordering::SeqCst);
+    st.arrivals.fetch_add(1, Ordering::SeqCst);
+    st.arrival_load.fetch_add(now, Ordering::SeqCst);
+    struct Served<'a>(&'a AtomicU64);
+    impl Drop for Served<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let _served = Served(&st.inflight);
     if let Some((from, to)) = st.rewrite.lock().unwrap().as_ref() {
         if let Some(rest) = req.path.strip_prefix(from.as_str()) {
             req.path = format!("{to}{rest}");

@@ -13,11 +13,26 @@ light client every worker loads.
 from . import errors, file
 from .errors import Error
 
-__all__ = ["Error", "errors", "file", "stats"]
+__all__ = ["Error", "errors", "file", "prefetch", "stats"]
 
 
 def stats():
     """Cache counters of the memarts this process uses (the fleet's slots, or the in-process engine),
     summed: ``hits``, ``misses``, ``bytes_from_cache``, ``bytes_from_origin``, ``origin_requests``,
-    ``cached_chunks``, ``cache_bytes_used``, ``slots_down``."""
+    ``cached_chunks``, ``cache_bytes_used``, ``slots_down``; and what prefetching did:
+    ``prefetch_hinted``, ``prefetched`` (objects fetched ahead), ``prefetched_chunks``,
+    ``prefetch_skipped_cached``, ``prefetch_dropped``, ``prefetch_throttled``, ``prefetch_failed``,
+    ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``."""
     return file._fleet().stats()
+
+
+def prefetch(urls):
+    """Hints that ``urls`` will be read soon: the fleet fetches them ahead, each on the slot its read
+    will go to, so that the read is a hit. Returns how many were queued (objects already cached are
+    not). Best effort: local paths are skipped (they are read directly), and a slot that is down or
+    too old to take hints only loses its hints. In embedded mode the in-process engine fetches them
+    into the shared cache dir; in direct mode (nothing is cached) hints do nothing."""
+    remote = [u for u in urls if file._local_path(u) is None]
+    if not remote:
+        return 0
+    return file._fleet().prefetch(remote)

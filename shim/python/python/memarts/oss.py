@@ -90,7 +90,7 @@ class OssDataObject(_mt.DataObject):
     def _load(self):
         if self._data is None:
             with self._audit.timed("read", self.url) as t:
-                t.bytes = len(super().read())
+                t.bytes = len(super()._load())
         return self._data
 
     def read(self, size=-1):

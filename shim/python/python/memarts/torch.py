@@ -10,24 +10,88 @@ Python sequences / iterables (useful for tests and for other frameworks).
 
 Each item is ``transform(obj)`` where ``obj`` is a :class:`DataObject` (``.url``, ``.read()``); the
 default transform returns the object itself.
+
+Prefetch: the datasets know which items come next, and the node's fleet fetches them ahead, so a
+worker's read is a hit by the time it asks. For a map-style dataset the order is the sampler's,
+drawn in the DataLoader's main process: pass the dataset's own sampler, nothing else changes::
+
+    loader = DataLoader(ds, sampler=ds.sampler(shuffle=True, seed=0), batch_size=64, num_workers=8)
+    for epoch in range(epochs):
+        loader.sampler.set_epoch(epoch)   # a new order each epoch, as with DistributedSampler
+        ...
+
+``ds.sampler()`` has ``DistributedSampler``'s semantics (rank and world size from
+``torch.distributed``, else ``RANK`` / ``WORLD_SIZE``; ``shuffle``, ``seed``, ``drop_last``,
+``set_epoch``) and hints the next ``ahead`` items (default 256) to the fleet as the DataLoader draws
+indices. Any other sampler gets the same with ``PrefetchSampler(sampler, ds)`` (it forwards
+``set_epoch``), e.g. ``PrefetchSampler(DistributedSampler(ds), ds)``. ``MapDataset.__getitems__``
+reads a batch's items in parallel (torch >= 2 calls it for batched fetches). An
+:class:`IterableDataset` worker hints its own shard ahead of its reads.
+
+The fleet fetches each hinted object once, on the slot the read will go to, with an adaptive number
+in flight (fewer when the object store answers 503 SlowDown); reads that arrive first join the
+fetch; hints only reach a bounded window ahead, so prefetched data evicts only what those reads
+would. ``memarts.stats()`` shows ``prefetched``, ``prefetch_skipped_cached``... In embedded mode the
+process that draws the order (the main process) fetches into the shared cache dir; in direct mode
+hints do nothing.
 """
 
+import collections
 import io
+import math
 import os
+import random
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import file as _file
-from .errors import BadRequestError
+from .errors import BadRequestError, Error
 
 try:  # pragma: no cover - depends on the environment
     import torch as _torch
 
     _Dataset = _torch.utils.data.Dataset
     _IterableDataset = _torch.utils.data.IterableDataset
+    _Sampler = _torch.utils.data.Sampler
 except ImportError:  # torch is optional
     _torch = None
     _Dataset = object
     _IterableDataset = object
+    _Sampler = object
+
+#: Hints that could not be sent (a malformed URL, memarts unreachable): prefetch is best effort.
+hint_errors = 0
+
+
+def _hint(urls):
+    """Sends prefetch hints for ``urls``; never raises."""
+    global hint_errors
+    if not urls:
+        return 0
+    from . import prefetch
+
+    try:
+        return prefetch(urls)
+    except Error:
+        hint_errors += 1
+        return 0
+
+
+_pool = None
+_pool_pid = None
+_pool_lock = threading.Lock()
+
+
+def _batch_pool():
+    """Threads of this process that read a batch's items in parallel (new after a fork: a child
+    does not inherit the parent's threads)."""
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
+        with _pool_lock:
+            if _pool is None or _pool_pid != os.getpid():
+                _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="memarts-batch")
+                _pool_pid = os.getpid()
+    return _pool
 
 
 class DataObject:
@@ -40,6 +104,11 @@ class DataObject:
         self._data = None
 
     def read(self):
+        return self._load()
+
+    def _load(self):
+        """The bytes, read through memarts the first time (a batch read loads them ahead of the
+        transform without moving a file-like subclass's position)."""
         if self._data is None:
             self._data = _file.read(self.url, binary=True)
         return self._data
@@ -105,6 +174,25 @@ class MapDataset(_Dataset):
     def __getitem__(self, index):
         return self.transform(self.object_type(self.urls[index]))
 
+    def __getitems__(self, indices):
+        """A batch's items (torch >= 2 asks for a batch at once): their objects are read in
+        parallel, then transformed in order."""
+        objs = [self.object_type(self.urls[i]) for i in indices]
+        if len(objs) > 1:
+            list(_batch_pool().map(lambda obj: obj._load(), objs))
+        return [self.transform(obj) for obj in objs]
+
+    def prefetch_urls(self, indices):
+        """The URLs of items ``indices`` (what a :class:`PrefetchSampler` hints)."""
+        return [self.urls[i] for i in indices]
+
+    def sampler(self, shuffle=True, seed=0, drop_last=False, ahead=256, rank=None, world_size=None):
+        """A sampler over this dataset with ``DistributedSampler``'s semantics (this rank's share of
+        a per-epoch order; ``set_epoch``) that hints the next ``ahead`` items to the fleet as the
+        DataLoader draws them: ``DataLoader(ds, sampler=ds.sampler(shuffle=True), ...)``."""
+        order = ShardedOrder(len(self), shuffle, seed, drop_last, rank, world_size)
+        return PrefetchSampler(order, self, ahead)
+
 
 def shard(items, rank, world_size, worker, num_workers):
     """The items one DataLoader worker of one distributed rank iterates over: every
@@ -115,14 +203,17 @@ def shard(items, rank, world_size, worker, num_workers):
     return items[rank * num_workers + worker :: stride]
 
 
+def _rank_world():
+    """(rank, world_size) of this process: ``torch.distributed`` if initialised, else ``RANK`` and
+    ``WORLD_SIZE``."""
+    if _torch is not None and _torch.distributed.is_available() and _torch.distributed.is_initialized():
+        return _torch.distributed.get_rank(), _torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def _position():
     """(rank, world_size, worker, num_workers) of the calling DataLoader worker."""
-    rank, world = 0, 1
-    if _torch is not None and _torch.distributed.is_available() and _torch.distributed.is_initialized():
-        rank, world = _torch.distributed.get_rank(), _torch.distributed.get_world_size()
-    else:
-        rank = int(os.environ.get("RANK", "0"))
-        world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, world = _rank_world()
     worker, workers = 0, 1
     if _torch is not None:
         info = _torch.utils.data.get_worker_info()
@@ -131,29 +222,128 @@ def _position():
     return rank, world, worker, workers
 
 
+class ShardedOrder(_Sampler):
+    """This rank's indices of a dataset of ``n`` items, as ``torch.utils.data.DistributedSampler``
+    draws them (without needing torch): every epoch a permutation seeded by ``seed + epoch``
+    (``shuffle``), padded by repeating its start so that every rank gets as many (or, with
+    ``drop_last``, cut), then every ``world_size``-th index from ``rank``."""
+
+    def __init__(self, n, shuffle=True, seed=0, drop_last=False, rank=None, world_size=None):
+        found_rank, found_world = _rank_world()
+        self.rank = found_rank if rank is None else int(rank)
+        self.world_size = found_world if world_size is None else int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise BadRequestError(f"rank {self.rank} is outside a world of {self.world_size}")
+        self.n, self.shuffle, self.seed, self.drop_last = int(n), bool(shuffle), int(seed), bool(drop_last)
+        self.epoch = 0
+        if self.drop_last and self.n % self.world_size:
+            self.num_samples = math.ceil((self.n - self.world_size) / self.world_size)
+        else:
+            self.num_samples = math.ceil(self.n / self.world_size)
+        self.total_size = self.num_samples * self.world_size
+
+    def set_epoch(self, epoch):
+        self.epoch = int(epoch)
+
+    def __len__(self):
+        return self.num_samples
+
+    def __iter__(self):
+        indices = list(range(self.n))
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(indices)
+        if not self.drop_last and indices:
+            pad = self.total_size - len(indices)
+            indices += (indices * math.ceil(pad / len(indices)))[:pad]
+        else:
+            indices = indices[: self.total_size]
+        return iter(indices[self.rank : self.total_size : self.world_size])
+
+
+def _flat(items):
+    """Indices out of what a sampler yields: single indices, or lists of them (a batch sampler)."""
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            yield from item
+        else:
+            yield item
+
+
+class PrefetchSampler(_Sampler):
+    """Wraps any sampler (or batch sampler) of ``dataset``: yields what it yields, in the same
+    order, and hints the next ``ahead`` indices' objects to the fleet as they are drawn (hints go
+    in groups, every ``ahead // 8`` items). ``set_epoch`` is forwarded. ``dataset`` needs
+    ``prefetch_urls(indices)`` (a :class:`MapDataset` has it) or a ``urls`` list."""
+
+    def __init__(self, sampler, dataset, ahead=256):
+        self.sampler = sampler
+        self.dataset = dataset
+        self.ahead = max(1, int(ahead))
+
+    def set_epoch(self, epoch):
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self.sampler)
+
+    def _urls(self, items):
+        indices = list(_flat(items))
+        if hasattr(self.dataset, "prefetch_urls"):
+            return self.dataset.prefetch_urls(indices)
+        return [self.dataset.urls[i] for i in indices]
+
+    def __iter__(self):
+        source = iter(self.sampler)
+        window = collections.deque()
+        step = max(1, self.ahead // 8)
+        done = False
+
+        def refill():
+            nonlocal done
+            drawn = []
+            while not done and len(window) < self.ahead:
+                try:
+                    item = next(source)
+                except StopIteration:
+                    done = True
+                    break
+                window.append(item)
+                drawn.append(item)
+            _hint(self._urls(drawn))
+
+        refill()
+        while window:
+            yield window.popleft()
+            if not done and len(window) <= self.ahead - step:
+                refill()
+
+
 class IterableDataset(_IterableDataset):
-    """Streams a list of objects, sharded across distributed ranks and DataLoader workers, fetching
-    up to ``prefetch`` objects ahead in parallel (in order)."""
+    """Streams a list of objects, sharded across distributed ranks and DataLoader workers, reading
+    up to ``prefetch`` objects ahead in parallel (in order), and hinting the next ``ahead`` objects
+    of its shard to the fleet, which fetches them before they are read (0: no hints)."""
 
     #: Makes the object handed to ``transform`` from a URL (a subclass may give its own kind).
     object_type = DataObject
 
-    def __init__(self, urls, transform=None, prefetch=16):
+    def __init__(self, urls, transform=None, prefetch=16, ahead=256):
         self.urls = list(urls)
         self.transform = transform or _identity
         self.prefetch = max(1, int(prefetch))
+        self.ahead = max(0, int(ahead))
 
     @classmethod
-    def from_prefix(cls, url, transform=None, prefetch=16):
-        return cls(_list_prefix(url), transform, prefetch)
+    def from_prefix(cls, url, transform=None, prefetch=16, ahead=256):
+        return cls(_list_prefix(url), transform, prefetch, ahead)
 
     @classmethod
-    def from_objects(cls, urls, transform=None, prefetch=16):
-        return cls(urls, transform, prefetch)
+    def from_objects(cls, urls, transform=None, prefetch=16, ahead=256):
+        return cls(urls, transform, prefetch, ahead)
 
     @classmethod
-    def from_manifest(cls, url, transform=None, prefetch=16):
-        return cls(_read_manifest(url), transform, prefetch)
+    def from_manifest(cls, url, transform=None, prefetch=16, ahead=256):
+        return cls(_read_manifest(url), transform, prefetch, ahead)
 
     def shard_urls(self, rank=None, world_size=None, worker=None, num_workers=None):
         """The URLs this (or the given) worker iterates over."""
@@ -169,12 +359,18 @@ class IterableDataset(_IterableDataset):
 
         def fetch(url):
             obj = self.object_type(url)
-            obj.read()
+            obj._load()
             return obj
 
+        hinted = 0
+        step = max(1, self.ahead // 8)
         with ThreadPoolExecutor(max_workers=self.prefetch) as pool:
             pending = []
-            for url in urls:
+            for i, url in enumerate(urls):
+                if self.ahead and hinted < len(urls) and hinted - i <= self.ahead - step:
+                    end = min(len(urls), i + self.ahead)
+                    _hint(urls[hinted:end])
+                    hinted = end
                 pending.append(pool.submit(fetch, url))
                 if len(pending) >= self.prefetch:
                     yield self.transform(pending.pop(0).result())
