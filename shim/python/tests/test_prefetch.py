@@ -173,3 +173,16 @@ def test_hints_for_local_paths_and_garbage_never_fail(tmp_path, fleet):
     assert memarts.prefetch([str(local)]) == 0, "local paths are read directly: nothing to hint"
     ds = MapDataset([str(local)])
     assert list(ds.sampler(shuffle=False)) == [0]
+
+
+def test_copy_parallel_hints_what_it_copies_next_and_fetches_each_chunk_once(s3, bucket, fleet, tmp_path):
+    data = _dataset(s3, bucket, "tree", 40, size=lambda i: 900 + 2003 * i)  # up to 2 chunks each
+    chunks = sum(-(-len(body) // CHUNK) for body in data.values())
+    before = memarts.stats()
+    memarts.file.copy_parallel(f"obs://{bucket}/tree", str(tmp_path / "out"), threads=2)
+    for url, body in data.items():
+        assert (tmp_path / "out" / url.rsplit("/", 1)[1]).read_bytes() == body, url
+    after = memarts.stats()
+    assert after["prefetched"] - before["prefetched"] > 0, "copy_parallel hinted nothing"
+    if memarts.file.mode() == "proxy":
+        assert _gets(fleet, bucket) == chunks, "a chunk was fetched twice"

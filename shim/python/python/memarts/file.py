@@ -459,6 +459,36 @@ def copy(src_url, dst_url, client_id=None):
             os.unlink(tmp)
 
 
+class _HintWindow:
+    """Keeps the fleet fetching the next objects of a long copy ahead of the copying threads
+    (``memarts.prefetch``): the first ``AHEAD`` are hinted at once, then the next ``STEP`` each time
+    the copies get within ``AHEAD - STEP`` of the last one hinted. The threads' reads are then hits,
+    or join a fetch already under way: nothing is fetched twice, and the origin sees as many
+    requests in flight as the fleet's adaptive limit allows, not one per thread."""
+
+    AHEAD, STEP = 256, 64
+
+    def __init__(self, urls):
+        self.urls, self.done, self.hinted = urls, 0, 0
+        self.lock = threading.Lock()
+        self._hint(self.AHEAD)
+
+    def _hint(self, n):
+        batch = self.urls[self.hinted:self.hinted + n]
+        self.hinted += len(batch)
+        if batch:
+            try:
+                _fleet().prefetch(batch)
+            except Error:  # hints are best effort: the copies read anyway
+                pass
+
+    def advance(self):
+        with self.lock:
+            self.done += 1
+            if self.hinted < len(self.urls) and self.hinted - self.done <= self.AHEAD - self.STEP:
+                self._hint(self.STEP)
+
+
 def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=False, use_queue=False):
     """Copies a directory tree (or, with ``file_list``, those names relative to `src_url`),
     ``threads`` files at a time (None or 0: ``MOX_COPY_PARALLEL_THREADS``, 16 by default).
@@ -489,11 +519,14 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=
             )
     workers = PARALLEL_THREADS if not threads or threads < 0 else int(threads)
     progress = Progress("copy_parallel", len(names), total)
+    ahead = _HintWindow([f"{src}/{n}" for n in names]) if _local_path(src) is None else None
 
     def one(name):
         copy(f"{src}/{name}", f"{dst}/{name}")
         local = _local_path(f"{dst}/{name}") or _local_path(f"{src}/{name}") if progress.on else None
         progress.done(os.path.getsize(local) if local is not None else 0)
+        if ahead is not None:
+            ahead.advance()
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
