@@ -31,6 +31,7 @@ fn sixty_four_concurrent_readers_of_a_cold_object_cause_one_get_per_chunk() {
     let want = Arc::new(pattern(2, 16 * CS as usize));
     moto().put(&bucket, "hot", &want);
     let fleet = Fleet::start(2, &[]);
+    fleet.wait_index_ready();
     let client = Arc::new(fleet.client(CS));
     let url = format!("s3://{bucket}/hot");
     let barrier = Arc::new(std::sync::Barrier::new(64));

@@ -194,6 +194,7 @@ fn warmup_fetches_each_chunk_once_and_leaves_the_next_epoch_nothing_to_ask() {
     }
     let chunks: usize = objects.iter().map(|(_, d)| d.len().div_ceil(MIB)).sum();
     let fleet = Fleet::start(2, &[("MOX_FILE_CHUNK_SIZE", "1048576")]);
+    fleet.wait_index_ready();
     let lists = |b: &str| moto().requests(&format!("GET /{b}?"));
     let heads = |b: &str| moto().requests(&format!("HEAD /{b}/"));
     let out = fleet.memarts(&["warmup", "--threads", "8", &format!("s3://{bucket}/d/")]);

@@ -108,6 +108,23 @@ impl Fleet {
         self.status()["slots"].as_array().unwrap().iter().filter_map(|s| s[field].as_u64()).sum()
     }
 
+    /// Waits until every slot has rebuilt its chunk index. Until then a slot cannot tell a cold
+    /// object from one it lost the metadata of, so a first read revalidates with a HEAD: a test
+    /// that counts HEADs of cold reads waits for this first (on a loaded machine the rebuild can
+    /// end after a test's first read).
+    pub fn wait_index_ready(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let status = self.status();
+            let slots = status["slots"].as_array().cloned().unwrap_or_default();
+            if !slots.is_empty() && slots.iter().all(|s| s["index_ready"].as_bool() == Some(true)) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "the slots never rebuilt their index: {status}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits until the fleet has `n` chunks on disk (fills are written after the reply is sent).
     pub fn wait_cached(&self, n: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
