@@ -54,6 +54,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 "bytes_from_cache": s.bytes_from_cache, "bytes_from_origin": s.bytes_from_origin,
                 "origin_requests": s.origin_requests, "origin_retries": s.origin_retries,
                 "corrupt_chunks": s.corrupt_chunks, "evicted_chunks": s.evicted_chunks,
+                "rejected_chunks": s.rejected_chunks,
                 "cached_chunks": s.cached_chunks, "cache_bytes_used": s.cache_bytes_used,
                 "cache_capacity": s.cache_capacity, "index_ready": s.index_ready, "io_engine": s.io_engine,
             }),
@@ -80,6 +81,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         "hits": sum("hits"), "misses": sum("misses"), "bytes_from_cache": sum("bytes_from_cache"),
         "bytes_from_origin": sum("bytes_from_origin"), "cache_bytes_used": sum("cache_bytes_used"),
         "cache_capacity": sum("cache_capacity"), "cached_chunks": sum("cached_chunks"),
+        "evicted_chunks": sum("evicted_chunks"), "rejected_chunks": sum("rejected_chunks"),
     });
     if args.json {
         let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});

@@ -116,6 +116,9 @@ pub struct SlotStatus {
     pub index_ready: bool,
     pub io_engine: String,
     pub cache_dir: String,
+    /// Fetched chunks served but not kept: colder than every cached chunk they would have pushed
+    /// out (TinyLFU admission). Last, so that a client of a build without it still decodes the rest.
+    pub rejected_chunks: u64,
 }
 
 /// Where a chunk reply's bytes are.

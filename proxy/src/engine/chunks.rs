@@ -1,7 +1,9 @@
 //! Chunk reads in a slot: a hit is a chunk file found (in the open-file cache or the store) whose
 //! header binds it to the requested identity; a miss is filled from the origin by one fetch however
 //! many readers wait for it, handed to all of them, then written to disk within the capacity
-//! (victims evicted first). A chunk that fails a check is dropped, counted and fetched again.
+//! (victims evicted first) if the index admits it (`index.rs`: with a full cache, only a chunk read
+//! more often lately than what it would push out). Every read, hit or miss, is counted for that.
+//! A chunk that fails a check is dropped, counted and fetched again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -52,6 +54,9 @@ impl Engine {
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        if !self.info.passthrough {
+            self.index().record_read(id);
+        }
         let this = self.clone();
         let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
         let f = self
@@ -145,6 +150,7 @@ impl Engine {
         };
         {
             let mut index = self.index();
+            index.record_read(id);
             if !index.touch(id) {
                 index.insert(id, on_disk);
             }
@@ -165,13 +171,13 @@ impl Engine {
 
     /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
     /// Room is reserved (and victims deleted) before the write, so bytes on disk never exceed the
-    /// capacity, even with many writes in flight.
+    /// capacity, even with many writes in flight. A chunk the index does not admit (colder than
+    /// what it would push out) is not written and pushes nothing out: its readers were served.
     pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
         let need = round_up(data_offset_for(key.identity_len()) + data.len() as u64);
-        let victims = {
-            let mut index = self.index();
-            index.insert(id, need);
-            index.evict_over_capacity(Some(id))
+        let Some(victims) = self.index().admit(id, need) else {
+            self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
+            return;
         };
         self.remove_files(victims).await;
         match self.store.put(key, data, 0, false).await {

@@ -1,12 +1,29 @@
-//! The chunk index of one slot: which chunks it owns, how many bytes they take on disk, and their
-//! recency, for LRU eviction within the slot's share of the fleet capacity.
+//! The chunk index of one slot: which chunks it owns, how many bytes they take on disk, their
+//! recency, and (with the default policy) how often each chunk was read lately, to decide within
+//! the slot's share of the fleet capacity what to keep.
+//!
+//! Policies (`eviction` in the config, `MEMARTS_EVICTION`):
+//! - `tinylfu` (default): LRU order, plus TinyLFU admission: when the cache is full, a fetched
+//!   chunk is kept only if it was read more often lately than every chunk it would push out
+//!   (frequencies from `admission.rs`, counted on every read, hit or miss); otherwise it is served
+//!   and not kept (`rejected_chunks`). A repeated scan of a dataset larger than the cache thus
+//!   keeps a stable part resident instead of pushing out each chunk just before it is read again.
+//! - `lru`: every fetched chunk is kept and the least recently used ones make room (the policy of
+//!   earlier versions, and the reference of the benchmark).
 
 use std::collections::HashMap;
 
 use lru::LruCache;
+pub use memarts_settings::Eviction;
+
+use super::admission::FrequencySketch;
+
+/// Bytes of a typical chunk on disk (a 1 MiB chunk and its header), to size the frequency sketch
+/// before the index knows better.
+const TYPICAL_CHUNK_BYTES: u64 = (1 << 20) + 4096;
 
 /// LRU index over chunk ids with byte accounting. Not thread-safe; the cache wraps it in a mutex and
-/// holds the lock only for these O(1) operations.
+/// holds the lock only for these short operations.
 pub struct ChunkIndex {
     lru: LruCache<u128, u64>,
     used: u64,
@@ -14,11 +31,13 @@ pub struct ChunkIndex {
     /// Chunks per placement (the id's upper half: object and chunk number, any version), so a read
     /// can tell "some version of this chunk is cached" without knowing the version.
     placements: HashMap<u64, u32>,
+    policy: Eviction,
+    sketch: FrequencySketch,
 }
 
 impl Default for ChunkIndex {
     fn default() -> Self {
-        ChunkIndex { lru: LruCache::unbounded(), used: 0, capacity: None, placements: HashMap::new() }
+        ChunkIndex::new(Eviction::default())
     }
 }
 
@@ -27,6 +46,21 @@ fn placement_of(id: u128) -> u64 {
 }
 
 impl ChunkIndex {
+    pub fn new(policy: Eviction) -> ChunkIndex {
+        ChunkIndex {
+            lru: LruCache::unbounded(),
+            used: 0,
+            capacity: None,
+            placements: HashMap::new(),
+            policy,
+            sketch: FrequencySketch::new(0),
+        }
+    }
+
+    pub fn policy(&self) -> Eviction {
+        self.policy
+    }
+
     pub fn used(&self) -> u64 {
         self.used
     }
@@ -43,9 +77,32 @@ impl ChunkIndex {
         self.capacity
     }
 
-    /// Sets the byte budget; `None` disables eviction (until the capacity is known).
+    /// Sets the byte budget; `None` disables eviction (until the capacity is known). The frequency
+    /// sketch is sized for as many chunks as the budget holds (of the size cached so far, else
+    /// 1 MiB); resized, it starts empty.
     pub fn set_capacity(&mut self, capacity: Option<u64>) {
         self.capacity = capacity;
+        if let Some(cap) = capacity {
+            let typical = if self.lru.is_empty() {
+                TYPICAL_CHUNK_BYTES
+            } else {
+                (self.used / self.len() as u64).max(1)
+            };
+            let entries = usize::try_from(cap / typical).unwrap_or(usize::MAX);
+            if FrequencySketch::new(entries).entries() != self.sketch.entries() {
+                self.sketch = FrequencySketch::new(entries);
+            }
+        }
+    }
+
+    /// Counts a read of `id` (a hit or a miss) in the frequency sketch.
+    pub fn record_read(&mut self, id: u128) {
+        self.sketch.record(id);
+    }
+
+    /// How often `id` was read lately, as the sketch estimates it.
+    pub fn frequency(&self, id: u128) -> u8 {
+        self.sketch.estimate(id)
     }
 
     pub fn contains(&self, id: u128) -> bool {
@@ -66,7 +123,8 @@ impl ChunkIndex {
         }
     }
 
-    /// Marks `id` most recently used; false if absent.
+    /// Marks `id` most recently used; false if absent. (Reorders only: reads are counted by
+    /// [`ChunkIndex::record_read`].)
     pub fn touch(&mut self, id: u128) -> bool {
         self.lru.get(&id).is_some()
     }
@@ -83,6 +141,11 @@ impl ChunkIndex {
             None => *self.placements.entry(placement_of(id)).or_insert(0) += 1,
         }
         self.used += bytes;
+        // Far more chunks than the sketch was sized for (smaller chunks than guessed): a wider one,
+        // empty, rather than counters shared by many chunks.
+        if self.policy == Eviction::TinyLfu && self.lru.len() > 2 * self.sketch.entries() {
+            self.sketch = FrequencySketch::new(2 * self.lru.len());
+        }
     }
 
     /// Inserts `id` only if absent (entries found by the start-up scan never override live ones).
@@ -92,6 +155,49 @@ impl ChunkIndex {
         }
         self.insert(id, bytes);
         true
+    }
+
+    /// Makes room for a fetched chunk of `bytes` and inserts it, or refuses it. `Some(victims)`:
+    /// the chunk is indexed (most recent) and the victims, removed from the index, are for the
+    /// caller to delete. `None`: the chunk is not to be kept, and nothing changed.
+    ///
+    /// With `lru`, or while the capacity is unknown, or when the chunk fits, it is always kept.
+    /// With `tinylfu` and a full cache, the victims are the least recently used chunks that make
+    /// room, and the chunk is kept only if it was read more often before this read than each of
+    /// them was: the read that fetched it is not counted, because a victim's next read is not
+    /// counted either. (Counting it would let every chunk of a shuffled epoch push out one that
+    /// is still to be read in the same epoch.) Ties keep what is cached. A chunk larger than the
+    /// whole budget is not kept.
+    pub fn admit(&mut self, id: u128, bytes: u64) -> Option<Vec<(u128, u64)>> {
+        let Some(cap) = self.capacity.filter(|_| self.policy == Eviction::TinyLfu) else {
+            self.insert(id, bytes);
+            return Some(self.evict_over_capacity(Some(id)));
+        };
+        let already = self.lru.peek(&id).copied().unwrap_or(0);
+        if bytes > cap {
+            return None;
+        }
+        let mut over = (self.used - already + bytes).saturating_sub(cap);
+        let candidate = self.frequency(id).saturating_sub(1);
+        let mut victims = Vec::new();
+        for (&victim, &size) in self.lru.iter().rev() {
+            if over == 0 {
+                break;
+            }
+            if victim == id {
+                continue;
+            }
+            if self.frequency(victim) >= candidate {
+                return None;
+            }
+            victims.push((victim, size));
+            over = over.saturating_sub(size);
+        }
+        for &(victim, _) in &victims {
+            self.remove(victim);
+        }
+        self.insert(id, bytes);
+        Some(victims)
     }
 
     pub fn remove(&mut self, id: u128) -> Option<u64> {

@@ -26,6 +26,7 @@ impl Engine {
             origin_retries: load(&self.origin.stats.retries),
             corrupt_chunks: load(&s.corrupt_chunks),
             evicted_chunks: load(&s.evicted_chunks),
+            rejected_chunks: load(&s.rejected_chunks),
             cached_chunks: index.len() as u64,
             cache_bytes_used: index.used(),
             cache_capacity: index.capacity().unwrap_or(0),
