@@ -66,8 +66,16 @@ impl Engine {
                 // the metadata it put, or asked with a HEAD before the index was rebuilt): wait
                 // for it to keep the chunk. Before the look at the disk, not after: a first read
                 // that ended between the two would have been missed by both (R3).
+                // Its chunk 0 is taken from it, not from the disk: the index may not have kept it
+                // (admission), and a second GET for it would break R3.
                 if key.index == 0 {
-                    this.firsts.wait(first_flight(&url, key.chunk_size)).await;
+                    if let Some(Ok((meta, f))) = this.firsts.wait(first_flight(&url, key.chunk_size)).await {
+                        let whole = f.data.len() as u64 == range.end - range.start;
+                        if whole && meta.etag.as_deref() == Some(key.etag.as_str()) {
+                            leader.publish(Ok(f));
+                            return;
+                        }
+                    }
                 }
                 // A flight that ended between our cache lookup and this one may have just
                 // written the chunk: look again before going to the origin.

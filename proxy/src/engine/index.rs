@@ -33,6 +33,9 @@ pub struct ChunkIndex {
     placements: HashMap<u64, u32>,
     policy: Eviction,
     sketch: FrequencySketch,
+    /// Whether the sketch is sized from the chunks' real size (else from a guess, until the first
+    /// chunk is indexed under a known capacity).
+    sized: bool,
 }
 
 impl Default for ChunkIndex {
@@ -54,6 +57,7 @@ impl ChunkIndex {
             placements: HashMap::new(),
             policy,
             sketch: FrequencySketch::new(0),
+            sized: false,
         }
     }
 
@@ -78,20 +82,24 @@ impl ChunkIndex {
     }
 
     /// Sets the byte budget; `None` disables eviction (until the capacity is known). The frequency
-    /// sketch is sized for as many chunks as the budget holds (of the size cached so far, else
-    /// 1 MiB); resized, it starts empty.
+    /// sketch is sized for as many chunks as the budget holds: of the mean size indexed, or, with an
+    /// empty index, of 1 MiB until the first chunk is indexed (see [`ChunkIndex::insert`]).
     pub fn set_capacity(&mut self, capacity: Option<u64>) {
         self.capacity = capacity;
-        if let Some(cap) = capacity {
-            let typical = if self.lru.is_empty() {
-                TYPICAL_CHUNK_BYTES
-            } else {
-                (self.used / self.len() as u64).max(1)
-            };
-            let entries = usize::try_from(cap / typical).unwrap_or(usize::MAX);
-            if FrequencySketch::new(entries).entries() != self.sketch.entries() {
-                self.sketch = FrequencySketch::new(entries);
-            }
+        if capacity.is_some() {
+            let typical =
+                if self.lru.is_empty() { TYPICAL_CHUNK_BYTES } else { self.used / self.len() as u64 };
+            self.size_sketch(typical);
+            self.sized = !self.lru.is_empty();
+        }
+    }
+
+    /// A sketch for the chunks of `typical` bytes the capacity holds; a new one starts empty.
+    fn size_sketch(&mut self, typical: u64) {
+        let Some(cap) = self.capacity else { return };
+        let entries = usize::try_from(cap / typical.max(1)).unwrap_or(usize::MAX);
+        if FrequencySketch::new(entries).entries() != self.sketch.entries() {
+            self.sketch = FrequencySketch::new(entries);
         }
     }
 
@@ -141,9 +149,16 @@ impl ChunkIndex {
             None => *self.placements.entry(placement_of(id)).or_insert(0) += 1,
         }
         self.used += bytes;
-        // Far more chunks than the sketch was sized for (smaller chunks than guessed): a wider one,
-        // empty, rather than counters shared by many chunks.
-        if self.policy == Eviction::TinyLfu && self.lru.len() > 2 * self.sketch.entries() {
+        if self.policy != Eviction::TinyLfu {
+            return;
+        }
+        // The first chunk under a known capacity tells the real chunk size (the sketch has counted
+        // a read or two so far: little is lost). Later, far more chunks than the sketch was sized
+        // for (smaller chunks than the first): a wider one, empty, rather than shared counters.
+        if !self.sized && self.capacity.is_some() {
+            self.size_sketch(bytes);
+            self.sized = true;
+        } else if self.lru.len() > 2 * self.sketch.entries() {
             self.sketch = FrequencySketch::new(2 * self.lru.len());
         }
     }
