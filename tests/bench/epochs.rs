@@ -56,13 +56,13 @@ pub fn run(rows: &mut Vec<serde_json::Value>, ratios: &mut serde_json::Map<Strin
             let shown: Vec<String> = per_epoch.iter().map(|r| format!("{r:.3}")).collect();
             println!(
                 "{EPOCHS} epochs {order} over {} MiB, cache {} MiB, {policy}: hit ratio per epoch {} (best {best:.3})",
-                OBJECTS * MIB >> 20,
+                OBJECTS,
                 CAPACITY >> 20,
                 shown.join(" / ")
             );
             rows.push(serde_json::json!({
                 "scenario": "epochs", "order": order, "policy": policy,
-                "dataset_mib": OBJECTS * MIB >> 20, "capacity_mib": CAPACITY >> 20, "chunk_kib": CHUNK >> 10,
+                "dataset_mib": OBJECTS, "capacity_mib": CAPACITY >> 20, "chunk_kib": CHUNK >> 10,
                 "hit_ratio_per_epoch": per_epoch, "best_hit_ratio": best,
             }));
             let key = if label == "memarts" {

@@ -54,20 +54,22 @@ impl Engine {
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        if !self.info.passthrough {
+        let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
+        // Counted for admission here, unless another node may own it: then only once the turn to
+        // fill it comes to this node (below), so that chunks kept elsewhere do not age this
+        // slot's counts.
+        if !self.info.passthrough && peer_req.is_none() {
             self.index().record_read(id);
         }
         let this = self.clone();
-        let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
         let f = self
             .flights
             .join_fallible(id, "the fetch of this chunk", move |leader| async move {
                 // A cold first read may be fetching chunk 0 with the metadata (this reader found
                 // the metadata it put, or asked with a HEAD before the index was rebuilt): wait
-                // for it to keep the chunk. Before the look at the disk, not after: a first read
-                // that ended between the two would have been missed by both (R3).
-                // Its chunk 0 is taken from it, not from the disk: the index may not have kept it
-                // (admission), and a second GET for it would break R3.
+                // for it and take its chunk 0. Before the look at the disk, not after: a first
+                // read that ended between the two would have been missed by both (R3). From its
+                // result, not from the disk: the index may not have kept the chunk (admission).
                 if key.index == 0 {
                     if let Some(Ok((meta, f))) = this.firsts.wait(first_flight(&url, key.chunk_size)).await {
                         let whole = f.data.len() as u64 == range.end - range.start;
@@ -92,6 +94,7 @@ impl Engine {
                         leader.publish(read);
                         return;
                     }
+                    this.index().record_read(id);
                 }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
                 let fetched = fetched

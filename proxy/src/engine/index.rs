@@ -105,7 +105,9 @@ impl ChunkIndex {
 
     /// Counts a read of `id` (a hit or a miss) in the frequency sketch.
     pub fn record_read(&mut self, id: u128) {
-        self.sketch.record(id);
+        if self.policy == Eviction::TinyLfu {
+            self.sketch.record(id);
+        }
     }
 
     /// How often `id` was read lately, as the sketch estimates it.

@@ -28,6 +28,8 @@ mod budget_tests;
 mod chunks;
 #[cfg(test)]
 mod disk_fault_tests;
+#[cfg(test)]
+mod epoch_tests;
 mod first_read;
 mod flight;
 #[cfg(test)]
