@@ -390,6 +390,12 @@ mod tests {
         assert!(cfg.validate().unwrap_err().to_string().contains("slots"));
         let cfg = FleetConfig { io_engine: "fast".into(), ..FleetConfig::default() };
         assert!(cfg.validate().unwrap_err().to_string().contains("io_engine"));
+        let cfg = FleetConfig { eviction: "lfu".into(), ..FleetConfig::default() };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("eviction") && err.contains("tinylfu or lru"), "{err}");
+        let cfg = FleetConfig { eviction: "LRU".into(), ..FleetConfig::default() };
+        assert_eq!(cfg.eviction().unwrap(), memarts_settings::Eviction::Lru);
+        assert_eq!(FleetConfig::default().eviction().unwrap(), memarts_settings::Eviction::TinyLfu);
         let cfg = FleetConfig { cache_dir: "rel".into(), ..FleetConfig::default() };
         assert!(cfg.validate().unwrap_err().to_string().contains("cache_dir"));
         let cfg = FleetConfig { local_roots: vec!["data".into()], ..FleetConfig::default() };
