@@ -129,9 +129,12 @@ fn print_table(slots: &[Value], totals: &Value) {
     let (hits, misses) = (totals["hits"].as_u64().unwrap_or(0), totals["misses"].as_u64().unwrap_or(0));
     let ratio = if hits + misses > 0 { 100.0 * hits as f64 / (hits + misses) as f64 } else { 0.0 };
     println!(
-        "total: {hits} hits, {misses} misses ({ratio:.1}% hit ratio); cache {} of {} in {} chunks",
+        "total: {hits} hits, {misses} misses ({ratio:.1}% hit ratio); cache {} of {} in {} chunks; \
+         {} chunks evicted, {} not kept (colder than what is cached)",
         format_size(totals["cache_bytes_used"].as_u64().unwrap_or(0)),
         format_size(totals["cache_capacity"].as_u64().unwrap_or(0)),
         totals["cached_chunks"],
+        totals["evicted_chunks"],
+        totals["rejected_chunks"],
     );
 }
