@@ -119,6 +119,19 @@ fn a_new_dataset_read_repeatedly_replaces_one_no_longer_read() {
     assert!(resident >= CACHED * 9 / 10, "{resident} of B's chunks resident: {b:?}");
 }
 
+/// The price of scan resistance, pinned here so that a change to it is seen: a set that fits, read
+/// over a cache that a one-off scan filled, is kept only from its third read (its chunks must have
+/// been read more often before than the scan's once); plain LRU keeps it from its first.
+#[test]
+fn a_set_that_fits_over_a_cache_full_of_a_one_off_scan_is_kept_from_its_third_read() {
+    let mut tiny = index(Eviction::TinyLfu);
+    epochs(&mut tiny, 1, CACHED, 1, None);
+    assert_eq!(epochs(&mut tiny, 2, CACHED / 2, 5, Some(3)), vec![0, 0, 0, 50, 50]);
+    let mut lru = index(Eviction::Lru);
+    epochs(&mut lru, 1, CACHED, 1, None);
+    assert_eq!(epochs(&mut lru, 2, CACHED / 2, 5, Some(3)), vec![0, 50, 50, 50, 50]);
+}
+
 #[test]
 fn a_hot_set_displaces_a_scan_but_a_scan_never_displaces_a_hot_set() {
     let mut index = index(Eviction::TinyLfu);
