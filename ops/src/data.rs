@@ -3,31 +3,33 @@
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use memarts_shim::Stream;
 
 use crate::access::access;
 use crate::cli::{Common, StatArgs, UrlArgs};
 
-/// Bytes `cat` moves per step, so any object streams in bounded memory.
-const WINDOW: usize = 16 << 20;
+/// Bytes `cat` hands to stdout per write; the stream keeps its read-ahead window in flight
+/// meanwhile, so memory stays bounded by that window plus this buffer.
+const WRITE: usize = 1 << 20;
 
 pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
-    let access = access(common)?;
-    let meta = access.stat(&args.url).with_context(|| args.url.clone())?;
-    let mut buf = vec![0u8; WINDOW.min(meta.size as usize)];
+    let access = Arc::new(access(common)?);
+    let mut stream = Stream::open(access, &args.url).with_context(|| args.url.clone())?;
+    let size = stream.size();
+    let mut buf = vec![0u8; WRITE.min(size as usize)];
     let mut out = std::io::stdout().lock();
-    let mut offset = 0;
-    while offset < meta.size {
-        let n = access.read_at(&args.url, &meta, offset, &mut buf[..]).with_context(|| args.url.clone())?;
+    while stream.position() < size {
+        let n = stream.read(&mut buf[..]).with_context(|| args.url.clone())?;
         if n == 0 {
-            anyhow::bail!("{}: object ended at {offset} of {} bytes", args.url, meta.size);
+            anyhow::bail!("{}: object ended at {} of {size} bytes", args.url, stream.position());
         }
         match out.write_all(&buf[..n]) {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
             r => r?,
         }
-        offset += n as u64;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)

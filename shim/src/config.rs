@@ -7,6 +7,10 @@ use memarts_settings::Settings;
 
 use crate::error::Result;
 
+/// [`ShimConfig::readahead`] by default: 64 chunks of the default size, enough to keep a link of a
+/// few GB/s busy across round trips of tens of milliseconds.
+pub const DEFAULT_READAHEAD: u64 = 64 << 20;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShimConfig {
     /// Where the fleet's sockets and `fleet.json` are (`MEMARTS_RUN_DIR`).
@@ -24,6 +28,10 @@ pub struct ShimConfig {
     /// Uids whose fleets this client trusts besides its own (`MEMARTS_TRUSTED_UIDS`: uids or user
     /// names, e.g. `root` for a system-wide fleet). See [`crate::trust`].
     pub trusted_uids: Vec<u32>,
+    /// The most bytes a sequential [`Stream`](crate::Stream) keeps fetched or in flight ahead of
+    /// its reader (default 64 MiB, at least one chunk). The window starts at one chunk and doubles
+    /// with each chunk read in order up to this bound.
+    pub readahead: u64,
 }
 
 impl Default for ShimConfig {
@@ -47,6 +55,7 @@ impl ShimConfig {
             deadline: s.timeout,
             spin: s.spin.unwrap_or(memarts_protocol::spin::DEFAULT_SPIN),
             trusted_uids: s.trusted_uids.clone().unwrap_or_default(),
+            readahead: DEFAULT_READAHEAD,
         }
     }
 

@@ -1,8 +1,10 @@
 //! Downloads: an object copied into a local file in bounded memory, by windows read (their chunks in
 //! parallel) and written at their offset, large objects as several ranges at once, through a temp
-//! file renamed into place.
+//! file renamed into place; an object copied as one range goes through a [`Stream`] instead, so its
+//! next chunks are in flight while one is written.
 
 use std::fs::File;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
@@ -11,6 +13,7 @@ use memarts_protocol::ObjectMeta;
 use crate::client::Client;
 use crate::error::{Error, Result};
 use crate::local_file::write_atomically;
+use crate::stream::{Source, Stream};
 
 impl Client {
     /// Copies the object `url` into the local file `path` (via a temp file renamed into place), in
@@ -68,4 +71,28 @@ impl Client {
             Ok(meta.size)
         })
     }
+}
+
+/// [`Client::download_at_meta`] of one range, through a [`Stream`]: the chunks after the one being
+/// written are in flight meanwhile (the read-ahead window), where the windows of `download_at_meta`
+/// each wait for their chunks before the next starts. For objects copied as one range.
+pub fn download_streamed(source: Source, url: &str, meta: &ObjectMeta, path: &Path) -> Result<u64> {
+    let chunk = (*source).as_ref().config().chunk_size.max(1);
+    let mut stream = Stream::at_version(source, url, meta.clone())?;
+    write_atomically(path, |tmp| -> Result<u64> {
+        let mut file = File::create(tmp)?;
+        let mut buf = vec![0u8; chunk.min(meta.size) as usize];
+        while stream.position() < meta.size {
+            let n = stream.read(&mut buf[..])?;
+            if n == 0 {
+                return Err(Error::Origin(format!(
+                    "{url}: object ended at {} of {}",
+                    stream.position(),
+                    meta.size
+                )));
+            }
+            file.write_all(&buf[..n])?;
+        }
+        Ok(meta.size)
+    })
 }

@@ -1,6 +1,6 @@
 //! The memarts shim: the light, synchronous client every training worker links.
 //!
-//! No async runtime and no background threads: workers fork (PyTorch DataLoader), so the shim uses
+//! No async runtime, and no background threads outside an open [`Stream`]: workers fork (PyTorch DataLoader), so the shim uses
 //! std Unix sockets, connects lazily and, after a `fork`, drops inherited connections and opens its own.
 //! Layout:
 //! - [`config`]: settings from the MoXing / memarts environment variables.
@@ -8,6 +8,8 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - [`stream`]: a sequential reader of one pinned version that keeps a growing window of chunk
+//!   fetches in flight on background threads (read-ahead for `cat`, Python `File` reads).
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
 //! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
@@ -28,11 +30,14 @@ pub mod local_file;
 #[cfg(feature = "embedded")]
 pub mod mode;
 mod read;
+pub mod stream;
 pub mod trust;
 mod write;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};
 pub use config::ShimConfig;
+pub use download::download_streamed;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
 pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, SlotStatus};
+pub use stream::Stream;

@@ -77,6 +77,12 @@ impl Session {
     }
 }
 
+impl AsRef<Client> for Session {
+    fn as_ref(&self) -> &Client {
+        &self.client
+    }
+}
+
 impl std::ops::Deref for Session {
     type Target = Client;
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_bench import MEMARTS, ROOT, SMALL, make_dataset, start_moto  # noqa: E402
+from python_bench import MEMARTS, ROOT, SMALL, make_dataset, moto_workspace  # noqa: E402
 
 LARGE = (256 if SMALL else 1024) << 20
 SMALL_FILES = 500 if SMALL else 2000
@@ -149,15 +149,8 @@ def measure(tool, work, large_key, small_keys):
 def main():
     import boto3
 
-    endpoint, moto = start_moto()
-    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
-                      AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     bucket = "mountbench"
-    s3.create_bucket(Bucket=bucket)
-    work = tempfile.mkdtemp(prefix="memarts-mountbench-")
-    os.environ["MEMARTS_RUN_DIR"] = os.path.join(work, "run")
-    os.environ["MEMARTS_CACHE_DIR"] = os.path.join(work, "cache")
+    endpoint, moto, s3, work = moto_workspace(bucket, "memarts-mountbench-")
     _, small_paths = make_dataset(s3, bucket, "small", SMALL_FILES, 128 << 10)
     small_keys = [f"small/{os.path.basename(p)}" for p in small_paths]
     large_local = os.path.join(work, "large.bin")

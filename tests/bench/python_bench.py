@@ -53,6 +53,22 @@ def start_moto():
     return f"http://127.0.0.1:{port}", proc
 
 
+def moto_workspace(bucket, prefix):
+    """A moto server holding `bucket`, the AWS variables pointed at it, and a fresh work dir (named
+    `prefix`...) whose run/ and cache/ the fleet uses; returns (endpoint, process, s3 client, dir)."""
+    import boto3
+
+    endpoint, moto = start_moto()
+    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
+                      AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    s3.create_bucket(Bucket=bucket)
+    work = tempfile.mkdtemp(prefix=prefix)
+    os.environ["MEMARTS_RUN_DIR"] = os.path.join(work, "run")
+    os.environ["MEMARTS_CACHE_DIR"] = os.path.join(work, "cache")
+    return endpoint, moto, s3, work
+
+
 def make_dataset(s3, bucket, prefix, n, size, seed=1):
     """`n` objects of `size` random bytes; also written to local files for the page-cache reference."""
     rng = random.Random(seed)
@@ -176,17 +192,8 @@ def memory(base, s3, bucket):
 
 
 def main():
-    import boto3
-
-    endpoint, moto = start_moto()
-    os.environ.update(AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true", AWS_ACCESS_KEY_ID="testing",
-                      AWS_SECRET_ACCESS_KEY="testing", AWS_REGION="us-east-1")
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     bucket = "pybench"
-    s3.create_bucket(Bucket=bucket)
-    base = tempfile.mkdtemp(prefix="memarts-pybench-")
-    os.environ["MEMARTS_RUN_DIR"] = os.path.join(base, "run")
-    os.environ["MEMARTS_CACHE_DIR"] = os.path.join(base, "cache")
+    _endpoint, moto, s3, base = moto_workspace(bucket, "memarts-pybench-")
     small_by_fleet = small_files(s3, bucket)
     for r in small_by_fleet.values():
         print(f"warm 128 KiB files, {r['proxies']} proxies: memarts {r['memarts_mbs']:.0f} MB/s "

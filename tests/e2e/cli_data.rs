@@ -21,6 +21,15 @@ fn cat_and_stat_work_through_the_fleet_and_without_one() {
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         assert_eq!(v["size"], want.len() as u64);
         assert!(v["etag"].as_str().is_some_and(|e| !e.is_empty()));
+        // A reader that goes away early (`| head -c`): cat stops quietly, with success, as before.
+        let mut child =
+            fleet.command(&["cat", &url]).stdout(std::process::Stdio::piped()).spawn().expect("spawn cat");
+        let mut head = [0u8; 10];
+        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut head).unwrap();
+        assert_eq!(head[..], want[..10]);
+        drop(child.stdout.take());
+        let status = child.wait().unwrap();
+        assert!(status.success(), "cat on a broken pipe: {status}");
         let out = fleet.memarts(&["cat", &format!("s3://{bucket}/nope")]);
         assert!(!out.status.success());
         assert!(text(&out.stderr).contains("not found"), "{}", text(&out.stderr));

@@ -23,6 +23,7 @@ mod protocol_abuse;
 mod reads;
 mod restart;
 mod secrets;
+mod stream;
 mod traced;
 mod trust;
 mod upload;

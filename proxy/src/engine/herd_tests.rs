@@ -43,6 +43,18 @@ async fn slot(dir: &std::path::Path) -> (Arc<FaultyStore>, Arc<Engine>) {
     (store, crate::build_engine_with(&cfg, 0, origin).unwrap().0)
 }
 
+/// Starts the slot's index rebuild and waits for its end.
+async fn rebuilt(cache: &Arc<Engine>) {
+    cache.start_rebuild();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !cache.status().index_ready {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the index rebuild finished");
+}
+
 async fn first(cache: &Arc<Engine>) -> Bytes {
     let req = FirstRequest { url: "s3://b/o".into(), chunk_size: CHUNK, refresh: false };
     match cache.read_first(&req).await.unwrap().1.unwrap() {
@@ -67,14 +79,7 @@ async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(store.heads(), 1, "the early reader asks with a HEAD");
-    cache.start_rebuild();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !cache.status().index_ready {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the index rebuild finished");
+    rebuilt(&cache).await;
     let late = tokio::spawn({
         let cache = cache.clone();
         async move { first(&cache).await }
@@ -91,14 +96,7 @@ async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
 async fn a_cold_first_read_that_comes_after_another_ended_fetches_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (store, cache) = slot(dir.path()).await;
-    cache.start_rebuild();
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while !cache.status().index_ready {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the index rebuild finished");
+    rebuilt(&cache).await;
     assert!(first(&cache).await == object());
     assert_eq!(store.gets(), 1);
     // Its flight has ended (it may outlive the answer by a moment), as the late reader finds it.

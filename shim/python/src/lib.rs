@@ -9,6 +9,7 @@
 
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use memarts_settings::Settings;
 use memarts_shim::mode::Session;
@@ -18,8 +19,10 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+mod stream;
+
 /// Maps a shim error to the class of the same name in `memarts.errors`.
-fn to_py(py: Python<'_>, e: Error) -> PyErr {
+pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     let name = match &e {
         Error::NotFound(_) => "NotFoundError",
         Error::Stale(_) => "StaleError",
@@ -91,7 +94,8 @@ impl Sink for BytesSink {
 /// (the engine's thread does not survive the fork; `memarts.file` makes one per process).
 #[pyclass(module = "memarts._memarts", frozen)]
 struct Client {
-    inner: Session,
+    /// Shared with the read-ahead workers of the streams it opens.
+    inner: Arc<Session>,
 }
 
 #[pymethods]
@@ -109,7 +113,7 @@ impl Client {
         let mut fleet = memarts_proxy::config::FleetConfig::default();
         fleet.apply_settings(&settings);
         let inner = py.detach(|| Session::open(&settings, shim, fleet)).map_err(|e| to_py(py, e))?;
-        Ok(Client { inner })
+        Ok(Client { inner: Arc::new(inner) })
     }
 
     /// `"proxy"`, `"embedded"` or `"direct"`.
@@ -188,8 +192,14 @@ impl Client {
             version: None,
             last_modified_ms: 0,
         };
-        py.detach(|| self.inner.download_at_meta(url, &meta, &path, large_tasks, large_threshold))
+        py.detach(|| self.download_meta(url, &meta, &path, large_tasks, large_threshold))
             .map_err(|e| to_py(py, e))
+    }
+
+    /// A sequential reader of the current version of `url` (pinned now, by one stat), with
+    /// read-ahead: what `File(url, 'rb')` reads through.
+    fn open_stream(&self, py: Python<'_>, url: &str) -> PyResult<stream::Stream> {
+        stream::Stream::open(py, &self.inner, url)
     }
 
     /// Up to `length` bytes from `offset`.
@@ -256,7 +266,11 @@ impl Client {
         large_tasks: usize,
         large_threshold: u64,
     ) -> PyResult<u64> {
-        py.detach(|| self.inner.download(url, &path, large_tasks, large_threshold)).map_err(|e| to_py(py, e))
+        py.detach(|| {
+            let meta = self.inner.stat(url)?;
+            self.download_meta(url, &meta, &path, large_tasks, large_threshold)
+        })
+        .map_err(|e| to_py(py, e))
     }
 
     /// Deletes `url` at the origin (an absent object is not an error).
@@ -298,6 +312,24 @@ impl Client {
     }
 }
 
+impl Client {
+    /// An object copied as one range streams (its next chunks in flight while one is written);
+    /// one of at least `large_threshold` bytes with `large_tasks` > 1 goes as that many ranges.
+    fn download_meta(
+        &self,
+        url: &str,
+        meta: &memarts_protocol::ObjectMeta,
+        path: &std::path::Path,
+        large_tasks: usize,
+        large_threshold: u64,
+    ) -> memarts_shim::Result<u64> {
+        if large_tasks > 1 && meta.size >= large_threshold {
+            return self.inner.download_at_meta(url, meta, path, large_tasks, large_threshold);
+        }
+        memarts_shim::download_streamed(self.inner.clone(), url, meta, path)
+    }
+}
+
 /// Whether a fleet answers in `run_dir` (default: the standard run dir).
 #[pyfunction]
 #[pyo3(signature = (run_dir=None))]
@@ -330,6 +362,7 @@ fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 #[pymodule]
 fn _memarts(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
+    m.add_class::<stream::Stream>()?;
     m.add_function(wrap_pyfunction!(fleet_running, m)?)?;
     m.add_function(wrap_pyfunction!(settings, m)?)?;
     Ok(())

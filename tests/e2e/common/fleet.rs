@@ -111,7 +111,10 @@ impl Fleet {
     /// Waits until the fleet has `n` chunks on disk (fills are written after the reply is sent).
     pub fn wait_cached(&self, n: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while self.total("cached_chunks") < n {
+        // The index counts a chunk once room is reserved for it, before its file is renamed into
+        // place: a test that kills the fleet next needs the files, so both are waited for.
+        let on_disk = || super::files::files_below(&self.cache_dir.join("v1/chunks")).len() as u64;
+        while self.total("cached_chunks") < n || on_disk() < n {
             assert!(std::time::Instant::now() < deadline, "the fleet never cached {n} chunks");
             std::thread::sleep(Duration::from_millis(20));
         }

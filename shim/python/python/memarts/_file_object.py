@@ -1,9 +1,10 @@
 """``mox.file.File``: file objects over objects, in every mode MoXing documents.
 
-Reading (``'r'``, ``'rb'``) streams the object by ranges through the fleet, one version pinned by its
-size. Every other mode works on a private spool file: ``'w'``/``'w+'`` start empty, ``'a'``/``'a+'``
-and ``'r+'`` start from the object's current bytes; ``close`` uploads the spool as the new version
-(checked end to end like every upload), so nothing half-written is ever visible at the origin, and
+Reading (``'r'``, ``'rb'``) streams the object through the fleet with read-ahead, one version pinned
+by its ETag at open (a replaced object is a ``StaleError``, never mixed bytes). Every other mode
+works on a private spool file: ``'w'``/``'w+'`` start empty, ``'a'``/``'a+'`` and ``'r+'`` start
+from the object's current bytes; ``close`` uploads the spool as the new version (checked end to end
+like every upload), so nothing half-written is ever visible at the origin, and
 leaving a ``with`` block on an exception uploads nothing. ``'r+'`` of a missing object raises
 ``NotFoundError``; an ``'r+'``/``'a'`` file nothing was written to is not uploaded again.
 
@@ -31,14 +32,16 @@ def parse_mode(mode):
 
 
 class ObjectReader(io.RawIOBase):
-    """A seekable, readable raw stream over one object version (reads by range through the fleet)."""
+    """A seekable, readable raw stream over one object version, pinned at open: every read carries
+    that version's ETag, so an object replaced while the file is open raises ``StaleError`` at the
+    next read that needs a chunk of the new version, never returns bytes of two versions. Reads come
+    from the shim's read-ahead window (chunks fetched ahead of a sequential reader, GIL released);
+    ``seek`` drops the window."""
 
     def __init__(self, fleet, url):
         super().__init__()
-        self._fleet = fleet
-        self._url = url
-        self.size = fleet.stat(url)[0]
-        self._pos = 0
+        self._stream = fleet.open_stream(url)
+        self.size = self._stream.size
         self.name = url
 
     def readable(self):
@@ -49,23 +52,30 @@ class ObjectReader(io.RawIOBase):
 
     def readinto(self, b):
         view = memoryview(b).cast("B")
-        n = min(len(view), self.size - self._pos)
-        if n <= 0:
-            return 0
-        data = self._fleet.read_range(self._url, self._pos, n)
+        data = self._stream.read(len(view))
         view[: len(data)] = data
-        self._pos += len(data)
         return len(data)
 
+    def read(self, size=-1):
+        return self._stream.read(-1 if size is None else size)
+
+    def readall(self):
+        return self._stream.read(-1)
+
     def seek(self, offset, whence=io.SEEK_SET):
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._stream.tell(), io.SEEK_END: self.size}[whence]
         if base + offset < 0:
             raise ValueError("negative seek position")
-        self._pos = base + offset
-        return self._pos
+        return self._stream.seek(base + offset)
 
     def tell(self):
-        return self._pos
+        return self._stream.tell()
+
+    def close(self):
+        stream = getattr(self, "_stream", None)  # absent if the open failed
+        if stream is not None:
+            stream.close()
+        super().close()
 
 
 class Spool(io.FileIO):

@@ -1,0 +1,90 @@
+//! `memarts._memarts.Stream`: the shim's [`memarts_shim::Stream`] for Python, what `File(url, 'rb')`
+//! reads through. The version is pinned at open (a replaced object is a `StaleError` at the next
+//! read that needs a chunk of it, never mixed bytes); reads are served from the read-ahead window
+//! with the GIL released while they wait; `seek` drops the window.
+
+use std::sync::Arc;
+
+use memarts_shim::mode::Session;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::to_py;
+
+#[pyclass(module = "memarts._memarts")]
+pub struct Stream {
+    /// `None` once closed: the workers are told to stop and the window is freed.
+    inner: Option<memarts_shim::Stream>,
+}
+
+impl Stream {
+    pub fn open(py: Python<'_>, session: &Arc<Session>, url: &str) -> PyResult<Stream> {
+        let source: memarts_shim::stream::Source = session.clone();
+        let inner = py.detach(|| memarts_shim::Stream::open(source, url)).map_err(|e| to_py(py, e))?;
+        Ok(Stream { inner: Some(inner) })
+    }
+
+    fn open_inner(&mut self) -> PyResult<&mut memarts_shim::Stream> {
+        self.inner.as_mut().ok_or_else(|| PyValueError::new_err("I/O operation on a closed stream"))
+    }
+}
+
+#[pymethods]
+impl Stream {
+    /// Up to `n` bytes from the current position (all the rest if `n` is negative); empty at the
+    /// end. The `bytes` is allocated once and filled in place with the GIL released.
+    #[pyo3(signature = (n=-1))]
+    fn read<'py>(&mut self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
+        let stream = self.open_inner()?;
+        let left = stream.size().saturating_sub(stream.position());
+        let len = usize::try_from(if n < 0 { left } else { left.min(n as u64) })
+            .map_err(|_| PyValueError::new_err("read too large for this platform"))?;
+        PyBytes::new_with(py, len, |buf| {
+            let got = py.detach(|| stream.read(buf)).map_err(|e| to_py(py, e))?;
+            if got != len {
+                // Stream::read fills all it is asked up to the end of the pinned version.
+                return Err(to_py(py, memarts_shim::Error::Internal(format!("short read: {got} of {len}"))));
+            }
+            Ok(())
+        })
+    }
+
+    /// Moves to `pos` (past the end is allowed: reads there are empty); returns it.
+    fn seek(&mut self, pos: u64) -> PyResult<u64> {
+        self.open_inner()?.seek_to(pos);
+        Ok(pos)
+    }
+
+    fn tell(&mut self) -> PyResult<u64> {
+        Ok(self.open_inner()?.position())
+    }
+
+    /// Size of the pinned version.
+    #[getter]
+    fn size(&mut self) -> PyResult<u64> {
+        Ok(self.open_inner()?.size())
+    }
+
+    /// ETag of the pinned version.
+    #[getter]
+    fn etag(&mut self) -> PyResult<Option<String>> {
+        Ok(self.open_inner()?.meta().etag.clone())
+    }
+
+    /// Caps the read-ahead at `max_bytes` (whole chunks; 0 turns it off).
+    fn set_readahead(&mut self, max_bytes: u64) -> PyResult<()> {
+        self.open_inner()?.set_readahead(max_bytes);
+        Ok(())
+    }
+
+    /// Stops the read-ahead and frees the window; later calls raise `ValueError`.
+    fn close(&mut self) {
+        self.inner = None;
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_none()
+    }
+}

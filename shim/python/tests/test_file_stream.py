@@ -1,0 +1,106 @@
+"""``File(url, 'rb')`` reads through the shim's stream: byte-exact in pieces across chunk
+boundaries, seek and tell, the version pinned at open (an object replaced between two reads of one
+open file raises ``StaleError``, never returns bytes of the new version), and the read-ahead window
+really reaches the origin ahead of the reader."""
+
+import io
+import time
+
+import pytest
+
+import memarts as mox
+from memarts import errors
+from conftest import pattern
+
+CS = 64 << 10
+
+
+def test_reads_in_pieces_are_byte_exact_across_chunk_boundaries(s3, bucket):
+    want = pattern(40, 20 * CS + 333)
+    s3.put_object(Bucket=bucket, Key="big.bin", Body=want)
+    url = f"obs://{bucket}/big.bin"
+    with mox.file.File(url, "rb") as f:
+        assert f.size() == len(want)
+        got = bytearray()
+        while True:
+            piece = f.read(7777)
+            if not piece:
+                break
+            got += piece
+        assert bytes(got) == want
+        assert f.tell() == len(want)
+        assert f.read(10) == b"", "a read at the end returns nothing"
+        for to, n in [(5 * CS + 11, 3 * CS), (CS - 1, 2), (17, 100_000)]:
+            assert f.seek(to) == to
+            assert f.read(n) == want[to : to + n], f"after a seek to {to}"
+            assert f.tell() == to + n
+        f.seek(len(want) + 10)
+        assert f.read(5) == b"", "a read past the end returns nothing"
+        f.seek(-5, io.SEEK_END)
+        assert f.read() == want[-5:]
+        f.seek(3)
+        assert f.read() == want[3:], "read() of the rest after a seek"
+    with mox.file.File(url, "rb") as f:
+        assert f.read() == want, "one read() of the whole object"
+
+
+def test_an_object_replaced_between_two_reads_raises_stale_never_mixes(s3, bucket):
+    v1, v2 = pattern(41, 200 * CS), pattern(42, 200 * CS)
+    s3.put_object(Bucket=bucket, Key="o", Body=v1)
+    url = f"obs://{bucket}/o"
+    with mox.file.File(url, "rb") as f:
+        got = bytearray(f.read(1000))
+        s3.put_object(Bucket=bucket, Key="o", Body=v2)
+        with pytest.raises(errors.StaleError):
+            while True:
+                piece = f.read(10_000)
+                assert piece, "the file ended without meeting the replaced object"
+                got += piece
+        assert bytes(got) == v1[: len(got)], "a read returned bytes of another version"
+        assert len(got) < len(v1)
+
+
+def test_the_window_reaches_the_origin_ahead_of_the_reader(s3, bucket, fleet):
+    want = pattern(43, 64 * CS)
+    s3.put_object(Bucket=bucket, Key="ahead", Body=want)
+    url = f"obs://{bucket}/ahead"
+    before = fleet.total("misses")
+    with mox.file.File(url, "rb") as f:
+        for i in range(4):
+            assert f.read(CS) == want[i * CS : (i + 1) * CS]
+        # Chunks 0..3 read in order grow the window to 8 ahead: chunks up to 11 are fetched (or on
+        # their way) although the reader asked for 4.
+        deadline = time.time() + 20
+        while fleet.total("misses") - before < 12:
+            assert time.time() < deadline, f"{fleet.total('misses') - before} misses: no read-ahead"
+            time.sleep(0.02)
+        assert f.read() == want[4 * CS :]
+
+
+@pytest.mark.proxy_only
+def test_a_file_opened_before_fork_reads_on_in_the_child(s3, bucket):
+    import os
+
+    want = pattern(44, 30 * CS + 5)
+    s3.put_object(Bucket=bucket, Key="forked", Body=want)
+    with mox.file.File(f"obs://{bucket}/forked", "rb") as f:
+        assert f.read(3 * CS) == want[: 3 * CS]  # the window and its workers are running
+        pid = os.fork()
+        if pid == 0:
+            # The child has none of the parent's workers: its stream starts a window of its own.
+            ok = f.read() == want[3 * CS :]
+            os._exit(0 if ok else 1)
+        assert f.read() == want[3 * CS :]
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child read wrong bytes"
+
+
+def test_copy_of_a_multi_chunk_object_streams_byte_exact(s3, bucket, tmp_path):
+    want = pattern(45, 40 * CS + 77)
+    s3.put_object(Bucket=bucket, Key="copied", Body=want)
+    dst = tmp_path / "copied.bin"
+    mox.file.copy(f"obs://{bucket}/copied", str(dst))
+    assert dst.read_bytes() == want
+    s3.put_object(Bucket=bucket, Key="empty", Body=b"")
+    mox.file.copy(f"obs://{bucket}/empty", str(tmp_path / "empty"))
+    assert (tmp_path / "empty").read_bytes() == b""

@@ -1,0 +1,377 @@
+//! A sequential stream over one object version, with read-ahead.
+//!
+//! [`Stream::open`] stats the object once and pins that version: every chunk it reads carries the
+//! ETag, so an object replaced at the origin mid-stream is a `Stale` error at the read that needs a
+//! chunk of the new version, never bytes of two versions. Reads are served from whole chunks.
+//!
+//! A reader that goes on where its last read ended keeps a window of chunks in flight ahead of it,
+//! fetched by a few background threads: the window starts at one chunk and doubles with each chunk
+//! entered in order, up to [`ShimConfig::readahead`](crate::ShimConfig::readahead) bytes, so a cold
+//! stream overlaps its round trips instead of paying one per chunk (as Mountpoint's prefetcher and
+//! `memarts mount`'s reader do). A seek drops the window; chunks behind the reader are dropped, so
+//! memory stays within the window plus the chunks in flight. A chunk that failed surfaces its error
+//! at the read that needs it. Dropping the stream stops its workers after the fetch each has under
+//! way (at most one chunk each); they never start another.
+//!
+//! After a `fork` the child has none of the parent's workers: its first read starts a fresh window
+//! with workers of its own.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use memarts_protocol::ObjectMeta;
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+
+/// Anything that holds a [`Client`] and can be shared with the stream's workers: a `Client`, or a
+/// `mode::Session` (whose in-process engine then lives as long as the stream).
+pub type Source = Arc<dyn AsRef<Client> + Send + Sync>;
+
+impl AsRef<Client> for Client {
+    fn as_ref(&self) -> &Client {
+        self
+    }
+}
+
+enum Slot {
+    /// Queued for a worker, or being fetched.
+    Pending,
+    Ready(Arc<Vec<u8>>),
+    Failed(Error),
+}
+
+#[derive(Default)]
+struct Window {
+    chunks: BTreeMap<u64, Slot>,
+    /// Chunks waiting for a worker, lowest first.
+    queue: VecDeque<u64>,
+}
+
+/// The state the reader shares with its workers.
+struct Shared {
+    window: Mutex<Window>,
+    changed: Condvar,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Window> {
+        self.window.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What every fetch needs: the client and the pinned version.
+struct Target {
+    source: Source,
+    url: String,
+    meta: ObjectMeta,
+    chunk_size: u64,
+}
+
+impl Target {
+    fn chunk_len(&self, index: u64) -> usize {
+        (self.meta.size - index * self.chunk_size).min(self.chunk_size) as usize
+    }
+
+    /// Chunk `index` of the pinned version, whole.
+    fn fetch(&self, index: u64) -> Result<Vec<u8>> {
+        let len = self.chunk_len(index);
+        let mut data = vec![0u8; len];
+        let client: &Client = (*self.source).as_ref();
+        let n = client.read_at(&self.url, &self.meta, index * self.chunk_size, &mut data[..])?;
+        if n != len {
+            return Err(Error::Stale(format!("{}: chunk {index} ended after {n} of {len} bytes", self.url)));
+        }
+        Ok(data)
+    }
+}
+
+/// A sequential reader of one object version (see the module docs). Implements [`std::io::Read`]
+/// and [`std::io::Seek`].
+pub struct Stream {
+    target: Arc<Target>,
+    shared: Arc<Shared>,
+    /// The process the workers belong to (a forked child starts its own).
+    pid: u32,
+    /// Background fetchers a window may have; they start as chunks are queued (no more than are
+    /// queued: a two-chunk object gets one) and end with the stream.
+    workers: usize,
+    started: usize,
+    pos: u64,
+    /// Where the last read ended: a read that starts there is sequential.
+    last_end: u64,
+    /// The last chunk a sequential read entered (the window grows when the reader enters a new one).
+    last_chunk: Option<u64>,
+    /// Chunks to keep in flight ahead of the reader (0 after a seek).
+    ahead: u64,
+    max_ahead: u64,
+}
+
+impl Client {
+    /// A [`Stream`] over the current version of `url`, sharing this client with its workers.
+    pub fn open_stream(self: &Arc<Self>, url: &str) -> Result<Stream> {
+        Stream::open(self.clone(), url)
+    }
+}
+
+impl Stream {
+    /// Stats `url` once and pins that version (see the module docs).
+    pub fn open(source: Source, url: &str) -> Result<Stream> {
+        let meta = (*source).as_ref().stat(url)?;
+        Stream::at_version(source, url, meta)
+    }
+
+    /// A stream over the version `meta` names (e.g. from a metadata cache): nothing is asked.
+    pub fn at_version(source: Source, url: &str, meta: ObjectMeta) -> Result<Stream> {
+        // A version without an ETag cannot be pinned: its first chunk read says so (`read_at`).
+        let cfg = (*source).as_ref().config();
+        let chunk_size = cfg.chunk_size.max(1);
+        let max_ahead = (cfg.readahead / chunk_size).max(1);
+        let workers = cfg.parallel.clamp(1, max_ahead as usize);
+        let target = Arc::new(Target { source, url: url.to_string(), meta, chunk_size });
+        Ok(Stream {
+            target,
+            shared: new_shared(),
+            pid: std::process::id(),
+            workers,
+            started: 0,
+            pos: 0,
+            last_end: 0,
+            last_chunk: None,
+            ahead: 0,
+            max_ahead,
+        })
+    }
+
+    /// The pinned version.
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.target.meta
+    }
+
+    pub fn size(&self) -> u64 {
+        self.target.meta.size
+    }
+
+    /// Where the next read starts.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Chunks the window currently keeps ahead of the reader (for tests and diagnostics).
+    pub fn window_chunks(&self) -> u64 {
+        self.ahead
+    }
+
+    /// A probe that outlives the stream: how many of its workers still run (plus one while the
+    /// stream itself is alive). For tests of its shutdown.
+    #[doc(hidden)]
+    pub fn workers_probe(&self) -> impl Fn() -> usize + Send + 'static {
+        let weak = Arc::downgrade(&self.shared);
+        move || weak.strong_count()
+    }
+
+    /// Moves the reader to `pos` (past the end is allowed: reads there return 0). A move anywhere
+    /// but where the last read ended drops the window.
+    pub fn seek_to(&mut self, pos: u64) {
+        self.pos = pos;
+    }
+
+    /// Fills `buf` from the current position; returns the bytes read, 0 only at (or past) the end.
+    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+        let size = self.target.meta.size;
+        if self.pos >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        if self.pid != std::process::id() {
+            // A forked child: the parent's workers are not here, and the window's lock may have
+            // been held by one of them at the fork. Start afresh.
+            self.shared = new_shared();
+            self.pid = std::process::id();
+            self.started = 0;
+            self.ahead = 0;
+        }
+        let cs = self.target.chunk_size;
+        if self.pos != self.last_end {
+            // A seek: forget the window (in-flight fetches finish and are thrown away).
+            self.ahead = 0;
+            self.last_chunk = None;
+            let mut w = self.shared.lock();
+            w.queue.clear();
+            w.chunks.clear();
+        }
+        let end = (self.pos + buf.len() as u64).min(size);
+        let mut done = 0usize;
+        while self.pos < end {
+            let index = self.pos / cs;
+            if self.last_chunk != Some(index) {
+                if self.last_chunk.is_some_and(|c| c + 1 == index) || self.pos == 0 {
+                    self.ahead = (self.ahead * 2).max(1).min(self.max_ahead);
+                }
+                self.last_chunk = Some(index);
+                self.schedule(index);
+            }
+            let chunk = self.chunk(index)?;
+            let skip = (self.pos - index * cs) as usize;
+            let take = (chunk.len() - skip).min((end - self.pos) as usize);
+            buf[done..done + take].copy_from_slice(&chunk[skip..skip + take]);
+            done += take;
+            self.pos += take as u64;
+        }
+        self.last_end = self.pos;
+        Ok(done)
+    }
+
+    /// Drops the chunks behind `index` and queues the window ahead of it; starts the workers the
+    /// first time there is something ahead.
+    fn schedule(&mut self, index: u64) {
+        let chunks = self.target.meta.size.div_ceil(self.target.chunk_size);
+        let mut w = self.shared.lock();
+        w.chunks.retain(|&i, _| i >= index);
+        let mut added = false;
+        for i in (index + 1..chunks).take(self.ahead as usize) {
+            if let std::collections::btree_map::Entry::Vacant(e) = w.chunks.entry(i) {
+                e.insert(Slot::Pending);
+                w.queue.push_back(i);
+                added = true;
+            }
+        }
+        let queued = w.queue.len();
+        drop(w);
+        if added {
+            self.shared.changed.notify_all();
+            self.start_workers(queued.min(self.workers));
+        }
+    }
+
+    /// Brings the workers up to `want`.
+    fn start_workers(&mut self, want: usize) {
+        while self.started < want {
+            let i = self.started;
+            self.started += 1;
+            let (target, shared) = (self.target.clone(), self.shared.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("memarts-ahead{i}"))
+                .spawn(move || work(&target, &shared));
+            if spawned.is_err() {
+                // No thread to spare: the reader fetches the queued chunks itself when it gets there.
+                self.started -= 1;
+                self.workers = self.started;
+                break;
+            }
+        }
+    }
+
+    /// Chunk `index`: ready, or on its way (wait for it), or fetched now by the reader itself.
+    fn chunk(&mut self, index: u64) -> Result<Arc<Vec<u8>>> {
+        let mut w = self.shared.lock();
+        loop {
+            match w.chunks.remove(&index) {
+                Some(Slot::Ready(data)) => {
+                    w.chunks.insert(index, Slot::Ready(data.clone()));
+                    return Ok(data);
+                }
+                Some(Slot::Failed(e)) => return Err(e),
+                Some(Slot::Pending) if w.queue.contains(&index) => {
+                    // Not started yet: fetch it here rather than wait behind the chunks ahead.
+                    w.queue.retain(|&i| i != index);
+                    w.chunks.insert(index, Slot::Pending);
+                    break;
+                }
+                Some(Slot::Pending) => {
+                    w.chunks.insert(index, Slot::Pending);
+                    w = self.shared.changed.wait(w).unwrap_or_else(|p| p.into_inner());
+                }
+                None => {
+                    w.chunks.insert(index, Slot::Pending);
+                    break;
+                }
+            }
+        }
+        drop(w);
+        let result = self.target.fetch(index).map(Arc::new);
+        let mut w = self.shared.lock();
+        match &result {
+            Ok(data) => w.chunks.insert(index, Slot::Ready(data.clone())),
+            Err(_) => w.chunks.remove(&index),
+        };
+        result
+    }
+
+    /// Caps this stream's read-ahead at `max_bytes` (rounded up to whole chunks; 0 switches it off,
+    /// so every chunk costs the reader a round trip: the path before streams, for comparisons).
+    pub fn set_readahead(&mut self, max_bytes: u64) {
+        self.max_ahead = max_bytes.div_ceil(self.target.chunk_size);
+        self.ahead = self.ahead.min(self.max_ahead);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        // Under the lock, so a worker between its check of `closed` and its wait cannot miss this.
+        drop(self.shared.lock());
+        self.shared.changed.notify_all();
+    }
+}
+
+fn new_shared() -> Arc<Shared> {
+    Arc::new(Shared { window: Mutex::default(), changed: Condvar::new(), closed: AtomicBool::new(false) })
+}
+
+/// A worker: fetches queued chunks, lowest first, until the stream is dropped.
+fn work(target: &Target, shared: &Shared) {
+    loop {
+        let mut w = shared.lock();
+        let index = loop {
+            if shared.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            match w.queue.pop_front() {
+                Some(i) if matches!(w.chunks.get(&i), Some(Slot::Pending)) => break i,
+                Some(_) => continue,
+                None => w = shared.changed.wait(w).unwrap_or_else(|p| p.into_inner()),
+            }
+        };
+        drop(w);
+        let result = target.fetch(index);
+        let mut w = shared.lock();
+        // Only a chunk still wanted is kept (a seek may have dropped it meanwhile).
+        if let Some(slot @ Slot::Pending) = w.chunks.get_mut(&index) {
+            *slot = match result {
+                Ok(data) => Slot::Ready(Arc::new(data)),
+                Err(e) => Slot::Failed(e),
+            };
+        }
+        drop(w);
+        shared.changed.notify_all();
+    }
+}
+
+impl std::io::Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        Stream::read(self, buf).map_err(into_io)
+    }
+}
+
+impl std::io::Seek for Stream {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let base = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.size().checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        let pos =
+            base.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before 0"))?;
+        self.seek_to(pos);
+        Ok(pos)
+    }
+}
+
+fn into_io(e: Error) -> std::io::Error {
+    match e {
+        Error::Io(io) => io,
+        other => std::io::Error::other(other),
+    }
+}
