@@ -7,8 +7,9 @@
 //! the id's four counters ("conservative update": the others already overestimate), and the
 //! estimate is the smallest of the four: never below the true count (until saturation at 15),
 //! above it only by collisions. Every `sample` reads all counters are halved (aging), so what was
-//! read often long ago weighs less than what is read now, and a new working set read repeatedly
-//! wins over an old one that is no longer read.
+//! read often long ago weighs less than what is read now. (Halving alone is slow to let a new
+//! working set in: an old one read for many epochs keeps high counts for several samples. The
+//! index also asks `recency.rs` whether a cached chunk is still read at all.)
 //!
 //! The crates that offer this (`wtinylfu`, `cache-mod` and the like) are whole caches that hold the
 //! values and count entries; the index needs only the frequency estimate, next to its own byte
@@ -60,6 +61,11 @@ impl FrequencySketch {
             reads: 0,
             sample: SAMPLE_PER_ENTRY * entries as u64,
         }
+    }
+
+    /// Counters per row.
+    pub fn width(&self) -> usize {
+        self.width
     }
 
     /// The number of cached chunks this sketch was sized for.

@@ -28,12 +28,12 @@ fn index(policy: Eviction) -> ChunkIndex {
 /// One read as the engine does it: counted, then a hit, or a fill the index admits or refuses.
 /// Checks the byte accounting of every admission. Returns whether it was a hit.
 fn read(index: &mut ChunkIndex, id: u128, bytes: u64) -> bool {
-    index.record_read(id);
+    let returning = index.record_read(id);
     if index.touch(id) {
         return true;
     }
     let (used, len) = (index.used(), index.len());
-    match index.admit(id, bytes) {
+    match index.admit(id, bytes, returning) {
         Some(victims) => {
             let freed: u64 = victims.iter().map(|v| v.1).sum();
             assert_eq!(index.used(), used + bytes - freed, "bytes accounted exactly");
@@ -104,19 +104,53 @@ fn a_dataset_that_fits_is_all_hits_after_the_first_epoch() {
     }
 }
 
-#[test]
-fn a_new_dataset_read_repeatedly_replaces_one_no_longer_read() {
+/// B's hits per pass and its chunks resident after them: `passes` passes over `size` chunks of
+/// dataset B (in order, or shuffled with `seed`), after `a_epochs` shuffled epochs over a dataset
+/// A of `a_size` chunks that is then never read again.
+fn changeover(a_size: u64, a_epochs: usize, size: u64, passes: usize, seed: Option<u64>) -> (Vec<u64>, u64) {
     let mut index = index(Eviction::TinyLfu);
-    // Dataset A, as large as the cache, read for 5 epochs: resident, with high counts.
-    let a = epochs(&mut index, 1, CACHED, 5, Some(1));
-    assert_eq!(a[4], CACHED);
-    // Then only dataset B, as large: its chunks enter as A's counts age away.
-    let b = epochs(&mut index, 2, CACHED, 12, Some(2));
-    println!("B's hits per epoch of {CACHED} after 5 epochs of A: {b:?}");
-    let last = *b.last().unwrap_or(&0);
-    assert!(last >= CACHED * 9 / 10, "B after 12 epochs: {b:?}");
-    let resident = (0..CACHED).filter(|&i| index.contains(id(2, i))).count() as u64;
-    assert!(resident >= CACHED * 9 / 10, "{resident} of B's chunks resident: {b:?}");
+    epochs(&mut index, 1, a_size, a_epochs, Some(1));
+    let b = epochs(&mut index, 2, size, passes, seed);
+    let resident = (0..size).filter(|&i| index.contains(id(2, i))).count() as u64;
+    (b, resident)
+}
+
+/// A training job that moves to another dataset: the old one's counts, however high (5 or 30
+/// epochs, up to the counters' saturation), hold the new one back for one pass, not for as many
+/// as the old one had. B twice the cache, in order or shuffled: by its 3rd pass it hits at least
+/// 0.9 × capacity / size, and stays there. (LRU: 0 in order, ~0.3 shuffled; see above.)
+#[test]
+fn a_new_dataset_twice_the_cache_takes_over_by_its_third_pass() {
+    for a_epochs in [5, 30] {
+        for seed in [None, Some(2), Some(3), Some(4)] {
+            let (b, resident) = changeover(CACHED, a_epochs, 2 * CACHED, 8, seed);
+            println!("B of {} after {a_epochs} epochs of A (shuffle {seed:?}): {b:?}", 2 * CACHED);
+            assert_eq!(b[..2], [0, 0], "{b:?}");
+            assert!(b[2] >= BAR, "B's 3rd pass after {a_epochs} epochs of A, shuffle {seed:?}: {b:?}");
+            let mean = b[2..].iter().sum::<u64>() / (b.len() as u64 - 2);
+            assert!(mean >= BAR && b[2..].iter().all(|&h| h >= CACHED * 8 / 10), "then: {b:?}");
+            assert!(resident >= BAR, "{resident} of B's chunks resident: {b:?}");
+        }
+    }
+}
+
+/// The same changeover to a dataset that fits: after its 3rd pass B is all resident (all hits
+/// from the 4th). As large as the cache, it is mostly resident after its 2nd pass already; half
+/// as large, a third of it is: a chunk counts as no longer read once idle for twice the mean
+/// reuse distance, and for a set of half the cache, A's chunks are that idle only during B's 3rd
+/// pass.
+#[test]
+fn a_new_dataset_that_fits_is_resident_after_its_third_pass() {
+    for seed in [None, Some(2), Some(3)] {
+        let (b, resident) = changeover(CACHED, 5, CACHED, 5, seed);
+        println!("B of {CACHED} (shuffle {seed:?}): {b:?}");
+        assert!(b[2] >= CACHED * 3 / 4, "B's 3rd pass: {b:?}");
+        assert_eq!((&b[3..], resident), (&[CACHED; 2][..], CACHED), "{b:?}");
+        let (b, resident) = changeover(CACHED, 5, CACHED / 2, 5, seed);
+        println!("B of {} (shuffle {seed:?}): {b:?}", CACHED / 2);
+        assert!(b[2] >= CACHED / 10, "B's 3rd pass: {b:?}");
+        assert_eq!((&b[3..], resident), (&[CACHED / 2; 2][..], CACHED / 2), "{b:?}");
+    }
 }
 
 /// The price of scan resistance, pinned here so that a change to it is seen: a set that fits, read
@@ -157,12 +191,12 @@ fn after_a_restart_the_files_keep_their_access_order_and_new_chunks_enter_on_a_s
     assert!(!read(&mut index, id(2, 0), CHUNK));
     assert!(!index.contains(id(2, 0)));
     index.record_read(id(2, 0));
-    assert_eq!(index.admit(id(2, 0), CHUNK), Some(vec![(id(1, 0), CHUNK)]));
+    assert_eq!(index.admit(id(2, 0), CHUNK, true), Some(vec![(id(1, 0), CHUNK)]));
     // A file read since the start is worth as much as the new chunk: a tie keeps the file.
     index.record_read(id(1, 1));
     index.record_read(id(2, 1));
     index.record_read(id(2, 1));
-    assert_eq!(index.admit(id(2, 1), CHUNK), None);
+    assert_eq!(index.admit(id(2, 1), CHUNK, true), None);
 }
 
 #[test]
@@ -171,23 +205,23 @@ fn victims_make_exactly_the_room_needed_least_recent_first() {
     index.set_capacity(Some(10_000));
     for (i, bytes) in [3000u64, 2000, 4000].into_iter().enumerate() {
         index.record_read(id(1, i as u64));
-        assert_eq!(index.admit(id(1, i as u64), bytes), Some(vec![]));
+        assert_eq!(index.admit(id(1, i as u64), bytes, true), Some(vec![]));
     }
     assert_eq!(index.used(), 9000);
     // A chunk of 4500 read twice before: the two oldest (5000 bytes) go, the third stays.
     for _ in 0..3 {
         index.record_read(id(2, 0));
     }
-    assert_eq!(index.admit(id(2, 0), 4500), Some(vec![(id(1, 0), 3000), (id(1, 1), 2000)]));
+    assert_eq!(index.admit(id(2, 0), 4500, true), Some(vec![(id(1, 0), 3000), (id(1, 1), 2000)]));
     assert_eq!(index.used(), 8500);
     // Larger than the whole budget: never kept, nothing pushed out.
     for _ in 0..5 {
         index.record_read(id(3, 0));
     }
-    assert_eq!(index.admit(id(3, 0), 10_001), None);
+    assert_eq!(index.admit(id(3, 0), 10_001, true), None);
     assert_eq!(index.used(), 8500);
     // A chunk already indexed (a second write of it) replaces its own bytes, not others'.
-    assert_eq!(index.admit(id(2, 0), 6000), Some(vec![]));
+    assert_eq!(index.admit(id(2, 0), 6000, true), Some(vec![]));
     assert_eq!(index.used(), 10_000);
 }
 
@@ -195,8 +229,8 @@ fn victims_make_exactly_the_room_needed_least_recent_first() {
 fn lru_admits_everything_as_before() {
     let mut index = ChunkIndex::new(Eviction::Lru);
     index.set_capacity(Some(10_000));
-    assert_eq!(index.admit(id(1, 0), 6000), Some(vec![]));
-    assert_eq!(index.admit(id(1, 1), 6000), Some(vec![(id(1, 0), 6000)]));
+    assert_eq!(index.admit(id(1, 0), 6000, true), Some(vec![]));
+    assert_eq!(index.admit(id(1, 1), 6000, true), Some(vec![(id(1, 0), 6000)]));
     assert_eq!(index.used(), 6000);
 }
 

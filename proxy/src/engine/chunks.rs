@@ -58,8 +58,10 @@ impl Engine {
         // Counted for admission here, unless another node may own it: then only once the turn to
         // fill it comes to this node (below), so that chunks kept elsewhere do not age this
         // slot's counts.
+        // `returning`: whether this read is a re-read, as the index's read clock knew it before it.
+        let mut returning = false;
         if !self.info.passthrough && peer_req.is_none() {
-            self.index().record_read(id);
+            returning = self.index().record_read(id);
         }
         let this = self.clone();
         let f = self
@@ -94,7 +96,7 @@ impl Engine {
                         leader.publish(read);
                         return;
                     }
-                    this.index().record_read(id);
+                    returning = this.index().record_read(id);
                 }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
                 let fetched = fetched
@@ -104,7 +106,7 @@ impl Engine {
                 if let Ok(f) = fetched {
                     this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
                     if !this.info.passthrough {
-                        this.persist(&key, id, f.data).await;
+                        this.persist(&key, id, f.data, returning).await;
                     }
                 }
                 drop(leader);
@@ -184,9 +186,10 @@ impl Engine {
     /// Room is reserved (and victims deleted) before the write, so bytes on disk never exceed the
     /// capacity, even with many writes in flight. A chunk the index does not admit (colder than
     /// what it would push out) is not written and pushes nothing out: its readers were served.
-    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
+    /// `returning`: whether the read that fetched it was a re-read (`ChunkIndex::record_read`).
+    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes, returning: bool) {
         let need = round_up(data_offset_for(key.identity_len()) + data.len() as u64);
-        let Some(victims) = self.index().admit(id, need) else {
+        let Some(victims) = self.index().admit(id, need, returning) else {
             self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
             return;
         };

@@ -138,8 +138,8 @@ impl Engine {
                     if !this.info.passthrough {
                         let etag = meta.etag.as_deref().unwrap_or_default();
                         let key = ChunkKey::new(&url, etag, chunk_size, 0);
-                        this.index().record_read(key.id().0);
-                        this.persist(&key, key.id().0, f.data.clone()).await;
+                        let returning = this.index().record_read(key.id().0);
+                        this.persist(&key, key.id().0, f.data.clone(), returning).await;
                     }
                 }
                 leader.publish(got);

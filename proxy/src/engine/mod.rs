@@ -17,7 +17,8 @@
 //! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, admission),
-//!   `admission.rs` (the frequency sketch admission consults), `meta.rs` (metadata cache),
+//!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
+//!   slot's reuse distance, to tell a chunk no longer read), `meta.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
 
 mod admission;
@@ -40,6 +41,7 @@ mod metadata;
 mod open_chunks;
 mod peers;
 mod rebuild;
+mod recency;
 mod status;
 mod uploads;
 
