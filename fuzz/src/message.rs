@@ -77,6 +77,7 @@ fn check_request(request: &Request) {
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus
+        | Request::AdmissionStatus
         | Request::PutData
         | Request::PutFinish { .. } => {}
     }

@@ -2,7 +2,7 @@
 //! built from the real types (not hand-written bytes), so the seeds follow any change of encoding.
 
 use memarts_protocol::{
-    ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry, ListPage, ListRequest,
+    AdmissionStatus, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry, ListPage, ListRequest,
     ObjectMeta, Request, Response, SlotStatus, Welcome, WireError, PROTOCOL_VERSION,
 };
 use memarts_proxy::chunk_store::ChunkKey;
@@ -60,6 +60,8 @@ pub fn requests() -> Vec<Request> {
         Request::Delete { url: "file:///tmp/old".into() },
         Request::PutMemartsStart { url: "s3://bucket/scratch/x".into() },
         Request::ReadMemarts { url: "s3://bucket/scratch/x".into() },
+        Request::ClusterStatus,
+        Request::AdmissionStatus,
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -113,6 +115,7 @@ pub fn responses() -> Vec<Response> {
         Response::PutAck { received: 1 << 20 },
         Response::Put(meta()),
         Response::Deleted,
+        Response::AdmissionStatus(AdmissionStatus { eviction: "tinylfu".into(), rejected_chunks: 12 }),
     ]
 }
 

@@ -46,6 +46,13 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     } else {
         Default::default()
     };
+    // The eviction counters, from proxies that report them (a proxy of an older build does not:
+    // its slot shows them as null, and the totals count the slots that do).
+    let admission: std::collections::HashMap<u32, _> = client
+        .admission_status(Duration::from_secs(3))
+        .into_iter()
+        .filter_map(|(slot, r)| r.ok().map(|a| (slot, a)))
+        .collect();
     for (slot, res) in client.status(Duration::from_secs(3)) {
         let v = match res {
             Ok(s) => json!({
@@ -54,7 +61,6 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 "bytes_from_cache": s.bytes_from_cache, "bytes_from_origin": s.bytes_from_origin,
                 "origin_requests": s.origin_requests, "origin_retries": s.origin_retries,
                 "corrupt_chunks": s.corrupt_chunks, "evicted_chunks": s.evicted_chunks,
-                "rejected_chunks": s.rejected_chunks,
                 "cached_chunks": s.cached_chunks, "cache_bytes_used": s.cache_bytes_used,
                 "cache_capacity": s.cache_capacity, "index_ready": s.index_ready, "io_engine": s.io_engine,
             }),
@@ -67,6 +73,11 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
             }
         };
         let mut v = v;
+        if v["alive"] == true {
+            let a = admission.get(&slot);
+            v["eviction"] = json!(a.map(|a| a.eviction.clone()));
+            v["rejected_chunks"] = json!(a.map(|a| a.rejected_chunks));
+        }
         if let Some(c) = cluster.get(&slot) {
             v["cluster"] = json!({
                 "node": c.node, "bytes_from_peers": c.bytes_from_peers, "peer_reads": c.peer_reads,

@@ -116,8 +116,23 @@ pub struct SlotStatus {
     pub index_ready: bool,
     pub io_engine: String,
     pub cache_dir: String,
+}
+
+/// What the slot's eviction policy did: the answer to `Request::AdmissionStatus`.
+///
+/// Not fields of [`SlotStatus`]: postcard has no optional fields (a message is its fields in
+/// order, and a frame with bytes left after it, or too few, does not decode), so a field added to
+/// `SlotStatus` would break `memarts status` both ways across builds during a rolling upgrade.
+/// Here, a client of this build asks for it on a connection of its own; a proxy of an older build
+/// answers `BadRequest` (an unknown variant) and closes it, and the client shows the counters as
+/// unknown; a client of an older build never asks. Counters the policy gains later go
+/// in a new variant the same way, never into this struct.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionStatus {
+    /// The policy's name, as `--eviction` takes it (`tinylfu`, `lru`).
+    pub eviction: String,
     /// Fetched chunks served but not kept: colder than every cached chunk they would have pushed
-    /// out (TinyLFU admission). Last, so that a client of a build without it still decodes the rest.
+    /// out.
     pub rejected_chunks: u64,
 }
 
@@ -192,6 +207,9 @@ pub enum Request {
     },
     /// The slot's part of the cluster pool: answered with `ClusterStatus` (empty outside a cluster).
     ClusterStatus,
+    /// What the slot's eviction policy did: answered with `AdmissionStatus`. (Proxies before it
+    /// answer `BadRequest` and close the connection: ask it on its own, or last.)
+    AdmissionStatus,
 }
 
 /// Most chunks one `ReadChunks` may ask for (each may bring a descriptor; Linux passes at most 253
@@ -230,6 +248,7 @@ pub enum Response {
     /// The object was deleted (or did not exist).
     Deleted,
     ClusterStatus(crate::peer::ClusterStatus),
+    AdmissionStatus(AdmissionStatus),
 }
 
 #[cfg(test)]

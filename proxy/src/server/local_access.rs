@@ -58,7 +58,8 @@ impl LocalAccess {
             | Request::PutFinish { .. }
             | Request::PutMemartsStart { .. }
             | Request::ReadMemarts { .. }
-            | Request::ClusterStatus => Vec::new(),
+            | Request::ClusterStatus
+            | Request::AdmissionStatus => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;
