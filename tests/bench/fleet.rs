@@ -7,7 +7,8 @@
 //!   against a direct parallel ranged-GET read of the same object (object_store, same chunk size and
 //!   concurrency), the limit for a miss.
 //! - epochs (`epochs.rs`): hit ratio per epoch of 3 epochs over a dataset twice the cache, in order
-//!   and shuffled, the default policy against plain LRU, next to the best possible.
+//!   and shuffled, and after a changeover from another dataset, the default policy against plain
+//!   LRU, next to the best possible. `BENCH_ONLY=epochs` runs this part alone.
 //!
 //! Results: a table on stdout and `tests/bench/results/fleet.json` with a `ratios` object (merged into
 //! `latest.json` by `report.py`). Nothing here asserts a timing; the goals are reported next to the
@@ -51,6 +52,16 @@ fn main() {
     let min_time = Duration::from_millis(if scale_small { 300 } else { 1000 });
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut ratios = serde_json::Map::new();
+    // BENCH_ONLY=epochs: the epochs part alone (hit ratios, no timing: it can run on a busy
+    // machine), written to results/epochs.json.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "epochs") {
+        epochs::run(&mut rows, &mut ratios);
+        let out = serde_json::json!({"machine": machine(), "rows": rows, "ratios": ratios});
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/epochs.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+        println!("ratios: {}\nwrote {}", serde_json::Value::Object(ratios), path.display());
+        return;
+    }
 
     // ---- warm: fleet cache vs page cache --------------------------------------------------------
     let fleet = Fleet::start(4, &[]);

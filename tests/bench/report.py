@@ -38,6 +38,8 @@ GOALS = {
 REPORTED = {
     "lru_epoch2_hits_vs_best_sequential": "fleet",
     "lru_epoch2_hits_vs_best_shuffled": "fleet",
+    "changeover_pass3_hits_vs_best": "fleet",
+    "lru_changeover_pass3_hits_vs_best": "fleet",
     "cluster_warm_peers_vs_local": "cluster",
     "mount_warm_large_vs_local_cat": "mount",
     "mount_warm_small_vs_local": "mount",
@@ -193,6 +195,12 @@ def markdown(latest, rows):
             lines.append(f"| {len(row['hit_ratio_per_epoch'])} epochs {row['order']}, dataset {row['dataset_mib']} MiB = "
                          f"2× the cache: hit ratio per epoch | {per(row)} | plain LRU {per(lru)} | "
                          f"best {row['best_hit_ratio']:.2f} |")
+        elif row["scenario"] == "changeover" and row["policy"] != "lru":
+            lru = next((r for r in f["rows"] if r["scenario"] == "changeover" and r["policy"] == "lru"), None)
+            per = lambda r: " / ".join(f"{x:.2f}" for x in r["hit_ratio_per_epoch"]) if r else "—"
+            lines.append(f"| then a new dataset of {row['dataset_mib']} MiB = 2× the cache, shuffled, after "
+                         f"{len(row['first_hit_ratio_per_epoch'])} epochs over {row['first_dataset_mib']} MiB: "
+                         f"hit ratio per epoch | {per(row)} | plain LRU {per(lru)} | best {row['best_hit_ratio']:.2f} |")
         elif row["scenario"] == "round_trip":
             lines.append(f"| one request/response | stat {row['memarts_stat_us']:.0f} µs | "
                          f"socket ping-pong {row['socket_ping_pong_us']:.0f} µs | |")
