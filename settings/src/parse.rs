@@ -152,8 +152,9 @@ pub fn engine(text: &str) -> Result<EngineKind, String> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Eviction {
     /// LRU order with TinyLFU admission: a fetched chunk is kept only if it was read more often
-    /// lately than the chunks it would push out (a dataset larger than the cache keeps a stable
-    /// part resident).
+    /// lately than the chunks it would push out, or if it was read before and they are no longer
+    /// read (a dataset larger than the cache keeps a stable part resident; a new dataset replaces
+    /// an old one within about two of its passes).
     #[default]
     TinyLfu,
     /// Plain LRU: every fetched chunk is kept, the least recently used make room.
