@@ -5,9 +5,10 @@
 //! Policies (`eviction` in the config, `MEMARTS_EVICTION`):
 //! - `tinylfu` (default): LRU order, plus TinyLFU admission: when the cache is full, a fetched
 //!   chunk is kept only if it was read more often lately than every chunk it would push out
-//!   (frequencies from `admission.rs`, counted on every read, hit or miss), or if it was read
-//!   before and they are out of the working set (idle for more than twice the slot's mean reuse
-//!   distance, `recency.rs`); otherwise it is served and not kept (`rejected_chunks`). A repeated
+//!   (frequencies from `admission.rs`, counted on every read, hit or miss; by two reads while
+//!   they are in the working set), or if it was read before and they are out of the working set
+//!   (idle for more than twice the slot's mean reuse distance, `recency.rs`); otherwise it is
+//!   served and not kept (`rejected_chunks`, in `AdmissionStatus`). A repeated
 //!   scan of a dataset larger than the cache thus keeps a stable part resident instead of pushing
 //!   out each chunk just before it is read again, a one-off scan pushes out nothing that is still
 //!   read, and a new dataset read repeatedly replaces one no longer read within about two of its

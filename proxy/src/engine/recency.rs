@@ -26,12 +26,18 @@ const ROWS: usize = 4;
 const SEEDS: [u64; ROWS] =
     [0xD6E8_FEB8_6659_FD93, 0xA076_1D64_78BD_642F, 0xE703_7ED1_A0B4_28DB, 0x8EBC_6AF0_9C88_C6E3];
 
-/// Re-reads counted before the mean is trusted: as many as the cache holds chunks. And the first
-/// of them must be at least a mean reuse distance old: early on only reuses shorter than the time
-/// the clock has run can have been seen (a longer one has not completed yet), so the mean starts
-/// low (in the 2nd epoch of a shuffled loop, at about half the loop), and taken at face value it
-/// would call idle chunks that the epoch is still to read. Until then no chunk is taken as idle.
+/// Re-reads counted before the mean is trusted: as many as the cache holds chunks. And they must
+/// span at least a mean reuse distance: early on only reuses shorter than the time the clock has
+/// run can have been seen (a longer one has not completed yet), so the mean starts low (in the 2nd
+/// epoch of a shuffled loop, at about half the loop), and taken at face value it would call idle
+/// chunks that the epoch is still to read. Until then no chunk is taken as idle.
 const WARM_SAMPLES_PER_ENTRY: u64 = 1;
+
+/// The span is counted from the re-read that makes this fraction of a cache's worth, not from the
+/// first: a new chunk whose four slots all hold other chunks' times passes for a re-read (a few
+/// percent of them in a first pass over twice the cache), and one of those would start the span
+/// a whole epoch early.
+const SPAN_FROM_FRACTION: u64 = 4;
 
 /// A re-read within this fraction of the cache's chunks (many workers reading one chunk's
 /// samples at once) says nothing about the workload's cycle: any policy serves it, and counted
@@ -46,8 +52,8 @@ pub struct ReadClock {
     /// samples, then exponential with that weight, so that it follows a workload that changes.
     mean_reuse: f64,
     samples: u64,
-    /// When the first reuse distance was counted.
-    first_sample: Option<u32>,
+    /// When the reuse distance that starts the span was counted (see [`SPAN_FROM_FRACTION`]).
+    span_start: Option<u32>,
     entries: u64,
 }
 
@@ -61,7 +67,7 @@ impl ReadClock {
             now: 0,
             mean_reuse: 0.0,
             samples: 0,
-            first_sample: None,
+            span_start: None,
             entries: entries as u64,
         }
     }
@@ -87,7 +93,9 @@ impl ReadClock {
             let reuse = u64::from(self.now.wrapping_sub(prev));
             if reuse * BURST_FRACTION >= self.entries {
                 self.samples += 1;
-                self.first_sample.get_or_insert(self.now);
+                if self.samples >= (self.entries / SPAN_FROM_FRACTION).max(1) {
+                    self.span_start.get_or_insert(self.now);
+                }
                 let weight = self.samples.min(self.entries.max(1)) as f64;
                 self.mean_reuse += (reuse as f64 - self.mean_reuse) / weight;
             }
@@ -118,7 +126,7 @@ impl ReadClock {
     /// distance, once it rests on enough re-reads over a long enough time; `None` before.
     pub fn idle_limit(&self) -> Option<u64> {
         let enough = self.samples >= WARM_SAMPLES_PER_ENTRY * self.entries.max(1);
-        let long_enough = self.first_sample.is_some_and(|t| self.since(t) as f64 >= self.mean_reuse);
+        let long_enough = self.span_start.is_some_and(|t| self.since(t) as f64 >= self.mean_reuse);
         (enough && long_enough).then_some((2.0 * self.mean_reuse) as u64)
     }
 }
@@ -144,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn the_limit_is_twice_the_mean_reuse_once_a_cache_of_rereads_over_a_mean_reuse_was_seen() {
+    fn the_limit_is_twice_the_mean_reuse_once_a_cache_of_rereads_spanning_a_mean_reuse_was_seen() {
         // A loop over 200 chunks, for a cache of 100: every re-read comes 200 reads later.
         let mut c = ReadClock::new(1024, 100);
         for i in 0..200 {
@@ -157,8 +165,12 @@ mod tests {
         for i in 99..200 {
             c.record(id(i));
         }
-        assert_eq!(c.idle_limit(), None, "the first re-read is 199 reads old, less than the mean");
-        c.record(id(0));
+        // The span starts at the 25th re-read (a quarter of the cache's worth): 200 reads later.
+        for i in 0..24 {
+            c.record(id(i));
+        }
+        assert_eq!(c.idle_limit(), None, "the re-reads span 199 reads, less than the mean");
+        c.record(id(24));
         assert_eq!(c.idle_limit(), Some(400));
     }
 
