@@ -211,7 +211,7 @@ impl ChunkIndex {
     ///
     /// With `lru`, or while the capacity is unknown, or when the chunk fits, it is always kept.
     /// With `tinylfu` and a full cache, the victims are the least recently used chunks that make
-    /// room, and the chunk is kept only if it outweighs each of them ([`ChunkIndex::outweighs`]).
+    /// room, and the chunk is kept only if it outweighs each of them (`ChunkIndex::outweighs`).
     /// A chunk larger than the whole budget is not kept.
     ///
     /// `returning`: what [`ChunkIndex::record_read`] said of the read that fetched it.
