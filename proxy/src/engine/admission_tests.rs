@@ -153,6 +153,25 @@ fn a_new_dataset_that_fits_is_resident_after_its_third_pass() {
     }
 }
 
+/// A job that moves between two datasets of the same size, twice the cache: A's chunks count as
+/// no longer read once idle for twice A's own reuse distance, i.e. two of A's epochs, which is
+/// during B's 3rd pass; from the 4th B hits the best possible. And a cache smaller than the
+/// smallest sketch (64 chunks) sizes its read clock like any other. (A clock left at its
+/// placeholder size once made every read look like a re-read, and every cached chunk idle: LRU.)
+#[test]
+fn a_new_dataset_as_large_as_the_old_one_takes_over_by_its_fourth_pass() {
+    for (cached, seed) in [(40, Some(2)), (CACHED, Some(2)), (CACHED, None)] {
+        let mut index = ChunkIndex::new(Eviction::TinyLfu);
+        index.set_capacity(Some(cached * CHUNK));
+        let a = epochs(&mut index, 1, 2 * cached, 5, Some(1));
+        assert!(a[1..].iter().all(|&h| h >= cached * 9 / 10), "A, twice the cache: {a:?}");
+        let b = epochs(&mut index, 2, 2 * cached, 6, seed);
+        println!("A {a:?}, then B {b:?} (the cache holds {cached}, shuffle {seed:?})");
+        assert!(b[2] >= cached * 3 / 5, "B's 3rd pass: {b:?}");
+        assert!(b[3..].iter().all(|&h| h >= cached * 9 / 10), "B from its 4th pass: {b:?}");
+    }
+}
+
 /// The price of scan resistance, pinned here so that a change to it is seen: a set that fits, read
 /// over a cache that a one-off scan filled, is kept only from its third read (its chunks must have
 /// been read more often before than the scan's once); plain LRU keeps it from its first.
