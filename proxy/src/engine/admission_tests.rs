@@ -174,7 +174,12 @@ fn a_new_dataset_as_large_as_the_old_one_takes_over_by_its_fourth_pass() {
 
 /// The price of scan resistance, pinned here so that a change to it is seen: a set that fits, read
 /// over a cache that a one-off scan filled, is kept only from its third read (its chunks must have
-/// been read more often before than the scan's once); plain LRU keeps it from its first.
+/// been read more often before than the scan's once); plain LRU keeps it from its first. The
+/// working-set rule does not change it, and no rule can without a price elsewhere: at the set's
+/// 2nd read, the cache holds chunks read once, before the set's first read, and nothing has been
+/// read again yet, which is exactly the 2nd epoch of a shuffled loop over twice the cache, where
+/// keeping what is cached is what makes the hits. (A W-TinyLFU window of ~1% of the cache would
+/// not change it either: it holds a set of a hundredth of the cache, not of a half.)
 #[test]
 fn a_set_that_fits_over_a_cache_full_of_a_one_off_scan_is_kept_from_its_third_read() {
     let mut tiny = index(Eviction::TinyLfu);
