@@ -11,7 +11,8 @@
 //! random order brings a chunk back after anything from 0 to two cycles (the mean is one); in
 //! order, after exactly one. Nothing here is tuned to a dataset or cache size.
 //!
-//! Layout: four rows of 32-bit read times (the read clock, wrapping), each row indexed by its own
+//! Layout: four rows of 32-bit read times (the read clock, wrapping: a chunk idle for more than
+//! 2^32 reads of its slot looks recently read, which only keeps it), each row indexed by its own
 //! multiplicative hash of the chunk id, as in the sketch. A read writes the current time in all
 //! four; the time read back is the smallest of the four. A slot shared with other ids holds the
 //! latest of their reads, so the time read back is never earlier than the chunk's own last read:
