@@ -92,7 +92,9 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         "hits": sum("hits"), "misses": sum("misses"), "bytes_from_cache": sum("bytes_from_cache"),
         "bytes_from_origin": sum("bytes_from_origin"), "cache_bytes_used": sum("cache_bytes_used"),
         "cache_capacity": sum("cache_capacity"), "cached_chunks": sum("cached_chunks"),
-        "evicted_chunks": sum("evicted_chunks"), "rejected_chunks": sum("rejected_chunks"),
+        "evicted_chunks": sum("evicted_chunks"),
+        // Null when no slot reports it (proxies of an older build), rather than a made-up 0.
+        "rejected_chunks": slots.iter().any(|s| s["rejected_chunks"].is_u64()).then(|| sum("rejected_chunks")),
     });
     if args.json {
         let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});
@@ -146,6 +148,6 @@ fn print_table(slots: &[Value], totals: &Value) {
         format_size(totals["cache_capacity"].as_u64().unwrap_or(0)),
         totals["cached_chunks"],
         totals["evicted_chunks"],
-        totals["rejected_chunks"],
+        totals["rejected_chunks"].as_u64().map_or("?".to_string(), |n| n.to_string()),
     );
 }
