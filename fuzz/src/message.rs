@@ -79,6 +79,7 @@ fn check_request(request: &Request) {
         | Request::Status
         | Request::ClusterStatus
         | Request::PrefetchStatus
+        | Request::AdmissionStatus
         | Request::PutData
         | Request::PutFinish { .. } => {}
     }

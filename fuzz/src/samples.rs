@@ -2,7 +2,7 @@
 //! built from the real types (not hand-written bytes), so the seeds follow any change of encoding.
 
 use memarts_protocol::{
-    ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry, ListPage, ListRequest,
+    AdmissionStatus, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry, ListPage, ListRequest,
     ObjectMeta, Request, Response, SlotStatus, Welcome, WireError, PROTOCOL_VERSION,
 };
 use memarts_proxy::chunk_store::ChunkKey;
@@ -65,6 +65,7 @@ pub fn requests() -> Vec<Request> {
             chunk_size: 1 << 20,
         }),
         Request::PrefetchStatus,
+        Request::AdmissionStatus,
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -124,6 +125,7 @@ pub fn responses() -> Vec<Response> {
             limit: 8,
             ..Default::default()
         }),
+        Response::AdmissionStatus(AdmissionStatus { eviction: "tinylfu".into(), rejected_chunks: 12 }),
     ]
 }
 

@@ -37,6 +37,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(engine) = &args.io_engine {
         cfg.io_engine = engine.clone();
     }
+    if let Some(policy) = &args.eviction {
+        cfg.eviction = policy.clone();
+    }
     if let Some(ttl) = args.meta_ttl {
         cfg.meta_ttl_secs = ttl;
     }

@@ -52,6 +52,13 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         .into_iter()
         .filter_map(|(slot, r)| r.ok().map(|p| (slot, p)))
         .collect();
+    // The eviction counters, from proxies that report them (a proxy of an older build does not:
+    // its slot shows them as null, and the totals count the slots that do).
+    let admission: std::collections::HashMap<u32, _> = client
+        .admission_status(Duration::from_secs(3))
+        .into_iter()
+        .filter_map(|(slot, r)| r.ok().map(|a| (slot, a)))
+        .collect();
     for (slot, res) in client.status(Duration::from_secs(3)) {
         let v = match res {
             Ok(s) => json!({
@@ -72,6 +79,11 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
             }
         };
         let mut v = v;
+        if v["alive"] == true {
+            let a = admission.get(&slot);
+            v["eviction"] = json!(a.map(|a| a.eviction.clone()));
+            v["rejected_chunks"] = json!(a.map(|a| a.rejected_chunks));
+        }
         if let Some(c) = cluster.get(&slot) {
             v["cluster"] = json!({
                 "node": c.node, "bytes_from_peers": c.bytes_from_peers, "peer_reads": c.peer_reads,
@@ -102,6 +114,9 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         "bytes_from_origin": sum("bytes_from_origin"), "cache_bytes_used": sum("cache_bytes_used"),
         "cache_capacity": sum("cache_capacity"), "cached_chunks": sum("cached_chunks"),
         "prefetch": prefetch_totals,
+        "evicted_chunks": sum("evicted_chunks"),
+        // Null when no slot reports it (proxies of an older build), rather than a made-up 0.
+        "rejected_chunks": slots.iter().any(|s| s["rejected_chunks"].is_u64()).then(|| sum("rejected_chunks")),
     });
     if args.json {
         let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});
@@ -149,10 +164,13 @@ fn print_table(slots: &[Value], totals: &Value) {
     let (hits, misses) = (totals["hits"].as_u64().unwrap_or(0), totals["misses"].as_u64().unwrap_or(0));
     let ratio = if hits + misses > 0 { 100.0 * hits as f64 / (hits + misses) as f64 } else { 0.0 };
     println!(
-        "total: {hits} hits, {misses} misses ({ratio:.1}% hit ratio); cache {} of {} in {} chunks",
+        "total: {hits} hits, {misses} misses ({ratio:.1}% hit ratio); cache {} of {} in {} chunks; \
+         {} chunks evicted, {} not kept (colder than what is cached)",
         format_size(totals["cache_bytes_used"].as_u64().unwrap_or(0)),
         format_size(totals["cache_capacity"].as_u64().unwrap_or(0)),
         totals["cached_chunks"],
+        totals["evicted_chunks"],
+        totals["rejected_chunks"].as_u64().map_or("?".to_string(), |n| n.to_string()),
     );
     let p = &totals["prefetch"];
     if p["hinted"].as_u64().unwrap_or(0) > 0 {

@@ -118,6 +118,24 @@ pub struct SlotStatus {
     pub cache_dir: String,
 }
 
+/// What the slot's eviction policy did: the answer to `Request::AdmissionStatus`.
+///
+/// Not fields of [`SlotStatus`]: postcard has no optional fields (a message is its fields in
+/// order, and a frame with bytes left after it, or too few, does not decode), so a field added to
+/// `SlotStatus` would break `memarts status` both ways across builds during a rolling upgrade.
+/// Here, a client of this build asks for it on a connection of its own; a proxy of an older build
+/// answers `BadRequest` (an unknown variant) and closes it, and the client shows the counters as
+/// unknown; a client of an older build never asks. Counters the policy gains later go
+/// in a new variant the same way, never into this struct.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmissionStatus {
+    /// The policy's name, as `--eviction` takes it (`tinylfu`, `lru`).
+    pub eviction: String,
+    /// Fetched chunks served but not kept: colder than every cached chunk they would have pushed
+    /// out.
+    pub rejected_chunks: u64,
+}
+
 /// Where a chunk reply's bytes are.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChunkBody {
@@ -197,6 +215,9 @@ pub enum Request {
     /// The slot's prefetch counters: answered with `PrefetchStatus`. A request of its own rather
     /// than fields of `SlotStatus`, which an older shim could not decode with more fields.
     PrefetchStatus,
+    /// What the slot's eviction policy did: answered with `AdmissionStatus`. (Proxies before it
+    /// answer `BadRequest` and close the connection: ask it on its own, or last.)
+    AdmissionStatus,
 }
 
 /// Most URLs one `Prefetch` may carry.
@@ -283,6 +304,7 @@ pub enum Response {
         queued: u32,
     },
     PrefetchStatus(PrefetchStatus),
+    AdmissionStatus(AdmissionStatus),
 }
 
 #[cfg(test)]

@@ -43,6 +43,9 @@ pub struct FleetConfig {
     pub memarts_only_capacity: Option<u64>,
     /// `auto` (io_uring, pread when unavailable), `io_uring` or `pread`.
     pub io_engine: String,
+    /// What a full cache keeps: `tinylfu` (default; a fetched chunk is kept only if it was read
+    /// more often lately than what it would push out) or `lru` (every fetched chunk is kept).
+    pub eviction: String,
     /// Log every origin request attempt to `<run dir>/origin-<slot>.log` (MoXing's
     /// `MOX_OBS_CLIENT_LOG`, on by default).
     pub origin_log: bool,
@@ -145,6 +148,7 @@ impl Default for FleetConfig {
             capacity: None,
             memarts_only_capacity: None,
             io_engine: "auto".into(),
+            eviction: "tinylfu".into(),
             passthrough: false,
             origin_log: true,
             meta_ttl_secs: 60.0,
@@ -182,6 +186,9 @@ impl FleetConfig {
         set(&mut self.origin_log, &env.origin_log);
         if let Some(kind) = env.io_engine {
             self.io_engine = kind.to_string();
+        }
+        if let Some(policy) = env.eviction {
+            self.eviction = policy.to_string();
         }
         if env.endpoint.is_some() {
             self.origin.endpoint = env.endpoint.clone();
@@ -242,6 +249,7 @@ impl FleetConfig {
             return Err(ConfigError::invalid("local_roots", "absolute paths", root.display()));
         }
         self.engine_kind()?;
+        self.eviction()?;
         for (name, v) in [
             ("meta_ttl_secs", self.meta_ttl_secs),
             ("idle_timeout_secs", self.idle_timeout_secs),
@@ -282,6 +290,10 @@ impl FleetConfig {
 
     pub fn engine_kind(&self) -> Result<EngineKind, ConfigError> {
         self.io_engine.parse::<EngineKind>().map_err(|e| ConfigError::malformed("io_engine", e))
+    }
+
+    pub fn eviction(&self) -> Result<memarts_settings::Eviction, ConfigError> {
+        self.eviction.parse().map_err(|e| ConfigError::malformed("eviction", e))
     }
 
     pub fn meta_ttl(&self) -> Duration {
@@ -383,6 +395,12 @@ mod tests {
         assert!(cfg.validate().unwrap_err().to_string().contains("slots"));
         let cfg = FleetConfig { io_engine: "fast".into(), ..FleetConfig::default() };
         assert!(cfg.validate().unwrap_err().to_string().contains("io_engine"));
+        let cfg = FleetConfig { eviction: "lfu".into(), ..FleetConfig::default() };
+        let err = cfg.validate().unwrap_err().to_string();
+        assert!(err.contains("eviction") && err.contains("tinylfu or lru"), "{err}");
+        let cfg = FleetConfig { eviction: "LRU".into(), ..FleetConfig::default() };
+        assert_eq!(cfg.eviction().unwrap(), memarts_settings::Eviction::Lru);
+        assert_eq!(FleetConfig::default().eviction().unwrap(), memarts_settings::Eviction::TinyLfu);
         let cfg = FleetConfig { cache_dir: "rel".into(), ..FleetConfig::default() };
         assert!(cfg.validate().unwrap_err().to_string().contains("cache_dir"));
         let cfg = FleetConfig { local_roots: vec!["data".into()], ..FleetConfig::default() };

@@ -87,6 +87,7 @@ pub fn build_engine_with(
         io_engine,
         passthrough: cfg.passthrough,
         memory_budget: cfg.memory_budget.unwrap_or(budget::DEFAULT_BYTES),
+        eviction: cfg.eviction()?,
     };
     let only = if cfg.passthrough {
         None

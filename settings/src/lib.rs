@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use memarts_protocol::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-pub use parse::{EngineKind, UnknownEngine};
+pub use parse::{EngineKind, Eviction, UnknownEngine, UnknownEviction};
 
 /// A malformed variable: its name, its value, and what it should have been.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +80,7 @@ vars! {
     "MEMARTS_CACHE_CAPACITY", Fleet, "bytes on disk the cache may use, e.g. 50GiB (default 80% of the free space)";
     "MEMARTS_ONLY_CAPACITY", Fleet, "bytes memarts-only objects may use, fleet-wide, e.g. 10GiB";
     "MEMARTS_IO_ENGINE", Fleet, "SSD I/O engine: auto, io_uring or pread (default auto)";
+    "MEMARTS_EVICTION", Fleet, "what a full cache keeps: tinylfu (default: chunks read more often win) or lru";
     "MOX_OBS_CLIENT_LOG", Fleet, "1: log every origin request to <run dir>/origin-<slot>.log (default 1)";
     "MEMARTS_CREDENTIALS_FILE", Fleet, "a JSON credentials file re-read as it rotates (the OSS connector's format)";
     "MEMARTS_LOG", Fleet, "proxy log filter: info, debug, memarts_proxy=debug... (default info)";
@@ -124,6 +125,7 @@ pub struct Settings {
     pub cache_capacity: Option<u64>,
     pub only_capacity: Option<u64>,
     pub io_engine: Option<EngineKind>,
+    pub eviction: Option<Eviction>,
     pub origin_log: Option<bool>,
     pub credentials_file: Option<PathBuf>,
     pub log: Option<String>,
@@ -175,6 +177,7 @@ impl Settings {
             cache_capacity: env.opt("MEMARTS_CACHE_CAPACITY", parse::size)?,
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
             io_engine: env.opt("MEMARTS_IO_ENGINE", parse::engine)?,
+            eviction: env.opt("MEMARTS_EVICTION", parse::eviction)?,
             origin_log: env.opt("MOX_OBS_CLIENT_LOG", parse::flag)?,
             credentials_file: env.opt("MEMARTS_CREDENTIALS_FILE", parse::path)?,
             log: env.opt("MEMARTS_LOG", parse::text)?,

@@ -148,6 +148,53 @@ pub fn engine(text: &str) -> Result<EngineKind, String> {
     text.parse().map_err(|_| "is not an I/O engine: use auto, io_uring (or uring) or pread".to_string())
 }
 
+/// What a slot keeps when its cache is full (`MEMARTS_EVICTION`, config `eviction`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Eviction {
+    /// LRU order with TinyLFU admission: a fetched chunk is kept only if it was read more often
+    /// lately than the chunks it would push out, or if it was read before and they are no longer
+    /// read (a dataset larger than the cache keeps a stable part resident; a new dataset replaces
+    /// an old one within about two of its passes).
+    #[default]
+    TinyLfu,
+    /// Plain LRU: every fetched chunk is kept, the least recently used make room.
+    Lru,
+}
+
+/// A name that is none of the [`Eviction`] policies.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown eviction policy {text:?}: expected tinylfu or lru")]
+pub struct UnknownEviction {
+    /// The name as it was given.
+    pub text: String,
+}
+
+impl FromStr for Eviction {
+    type Err = UnknownEviction;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "tinylfu" => Ok(Eviction::TinyLfu),
+            "lru" => Ok(Eviction::Lru),
+            _ => Err(UnknownEviction { text: text.to_string() }),
+        }
+    }
+}
+
+impl fmt::Display for Eviction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Eviction::TinyLfu => "tinylfu",
+            Eviction::Lru => "lru",
+        })
+    }
+}
+
+/// An eviction policy's name.
+pub fn eviction(text: &str) -> Result<Eviction, String> {
+    text.parse().map_err(|_| "is not an eviction policy: use tinylfu or lru".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use memarts_protocol::layout::{fleet_file, socket_path};
 use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{
-    meta_owner_slot, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, Request, Response, SlotStatus,
+    meta_owner_slot, AdmissionStatus, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, Request,
+    Response, SlotStatus,
 };
 
 use crate::answer::expect_answer;
@@ -331,6 +332,26 @@ impl Client {
             .map(|slot| {
                 let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
                     .and_then(|mut c| expect_answer!(c.call(&Request::ClusterStatus)?.response, "ClusterStatus", Response::ClusterStatus(s) => s));
+                (slot, res)
+            })
+            .collect()
+    }
+
+    /// What every slot's eviction policy did (an error for a slot that does not answer within
+    /// `timeout`, or whose proxy is of a build before `AdmissionStatus`: it answers `BadRequest`).
+    pub fn admission_status(&self, timeout: Duration) -> Vec<(u32, Result<AdmissionStatus>)> {
+        (0..self.slots())
+            .map(|slot| {
+                let res = Conn::connect(
+                    &socket_path(&self.cfg.run_dir, slot),
+                    self.owner,
+                    timeout,
+                    self.cfg.spin,
+                )
+                .and_then(|mut c| {
+                    let reply = c.call(&Request::AdmissionStatus)?;
+                    expect_answer!(reply.response, "AdmissionStatus", Response::AdmissionStatus(s) => s)
+                });
                 (slot, res)
             })
             .collect()

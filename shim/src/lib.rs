@@ -41,5 +41,5 @@ pub use config::ShimConfig;
 pub use download::download_streamed;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
-pub use memarts_protocol::{ListEntry, ListPage, ObjectMeta, PrefetchStatus, SlotStatus};
+pub use memarts_protocol::{AdmissionStatus, ListEntry, ListPage, ObjectMeta, PrefetchStatus, SlotStatus};
 pub use stream::Stream;

@@ -6,6 +6,9 @@
 //! - cold: the first read through an empty fleet from a real S3-protocol server (moto on loopback),
 //!   against a direct parallel ranged-GET read of the same object (object_store, same chunk size and
 //!   concurrency), the limit for a miss.
+//! - epochs (`epochs.rs`): hit ratio per epoch of 3 epochs over a dataset twice the cache, in order
+//!   and shuffled, and after a changeover from another dataset, the default policy against plain
+//!   LRU, next to the best possible. `BENCH_ONLY=epochs` runs this part alone.
 //!
 //! Results: a table on stdout and `tests/bench/results/fleet.json` with a `ratios` object (merged into
 //! `latest.json` by `report.py`). Nothing here asserts a timing; the goals are reported next to the
@@ -14,6 +17,7 @@
 #[path = "../e2e/common/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod common;
+mod epochs;
 
 use std::io::Read;
 use std::time::{Duration, Instant};
@@ -48,6 +52,16 @@ fn main() {
     let min_time = Duration::from_millis(if scale_small { 300 } else { 1000 });
     let mut rows: Vec<serde_json::Value> = Vec::new();
     let mut ratios = serde_json::Map::new();
+    // BENCH_ONLY=epochs: the epochs part alone (hit ratios, no timing: it can run on a busy
+    // machine), written to results/epochs.json.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "epochs") {
+        epochs::run(&mut rows, &mut ratios);
+        let out = serde_json::json!({"machine": machine(), "rows": rows, "ratios": ratios});
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/results/epochs.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+        println!("ratios: {}\nwrote {}", serde_json::Value::Object(ratios), path.display());
+        return;
+    }
 
     // ---- warm: fleet cache vs page cache --------------------------------------------------------
     let fleet = Fleet::start(4, &[]);
@@ -183,7 +197,14 @@ fn main() {
         "scenario": "restart", "cached_chunks": chunks, "start_proxy_ready_s": ready_s, "index_rebuilt_s": rebuilt_s,
     }));
 
-    let goals = serde_json::json!({"warm_vs_page_cache": ">= 0.8", "cold_vs_direct_origin": ">= 0.9"});
+    // ---- epochs: what a full cache keeps, TinyLFU admission against plain LRU ---------------------
+    epochs::run(&mut rows, &mut ratios);
+
+    let goals = serde_json::json!({
+        "warm_vs_page_cache": ">= 0.8", "cold_vs_direct_origin": ">= 0.9",
+        "epoch2_hits_vs_best_sequential": ">= 0.9", "epoch2_hits_vs_best_shuffled": ">= 0.9",
+        "changeover_pass3_hits_vs_best": ">= 0.9",
+    });
     let out = serde_json::json!({
         "machine": machine(),
         "scale": if scale_small { "small" } else { "full" },

@@ -52,6 +52,13 @@ fn eviction_never_removes_memarts_only_objects_and_no_room_is_a_typed_no_space()
         std::fs::write(&path, &data).unwrap();
         assert!(client.read(&path.display().to_string()).unwrap() == data, "origin object {i} differs");
     }
+    // Read twice more, the last objects are read more often than the first: they push them out.
+    for _ in 0..2 {
+        for i in 8..12u64 {
+            let path = fleet.dir.path().join(format!("origin-{i}"));
+            assert!(client.read(&path.display().to_string()).is_ok(), "origin object {i}");
+        }
+    }
     assert!(fleet.total("evicted_chunks") > 0, "nothing was evicted: the test did not fill the cache");
     for (url, data) in &only {
         let got = read_only(&client, url).unwrap_or_else(|e| panic!("{url} after eviction: {e}"));

@@ -54,6 +54,8 @@ pub enum ValueError {
     Size(#[from] SizeError),
     #[error(transparent)]
     Engine(#[from] UnknownEngine),
+    #[error(transparent)]
+    Eviction(#[from] memarts_settings::UnknownEviction),
 }
 
 impl ConfigError {

@@ -1,7 +1,9 @@
 //! Chunk reads in a slot: a hit is a chunk file found (in the open-file cache or the store) whose
 //! header binds it to the requested identity; a miss is filled from the origin by one fetch however
 //! many readers wait for it, handed to all of them, then written to disk within the capacity
-//! (victims evicted first). A chunk that fails a check is dropped, counted and fetched again.
+//! (victims evicted first) if the index admits it (`index.rs`: with a full cache, only a chunk read
+//! more often lately than what it would push out). Every read, hit or miss, is counted for that.
+//! A chunk that fails a check is dropped, counted and fetched again.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -52,17 +54,32 @@ impl Engine {
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let this = self.clone();
         let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
+        // Counted for admission here, unless another node may own it: then only once the turn to
+        // fill it comes to this node (below), so that chunks kept elsewhere do not age this
+        // slot's counts.
+        // `returning`: whether this read is a re-read, as the index's read clock knew it before it.
+        let mut returning = false;
+        if !self.info.passthrough && peer_req.is_none() {
+            returning = self.index().record_read(id);
+        }
+        let this = self.clone();
         let f = self
             .flights
             .join_fallible(id, "the fetch of this chunk", move |leader| async move {
                 // A cold first read may be fetching chunk 0 with the metadata (this reader found
                 // the metadata it put, or asked with a HEAD before the index was rebuilt): wait
-                // for it to keep the chunk. Before the look at the disk, not after: a first read
-                // that ended between the two would have been missed by both (R3).
+                // for it and take its chunk 0. Before the look at the disk, not after: a first
+                // read that ended between the two would have been missed by both (R3). From its
+                // result, not from the disk: the index may not have kept the chunk (admission).
                 if key.index == 0 {
-                    this.firsts.wait(first_flight(&url, key.chunk_size)).await;
+                    if let Some(Ok((meta, f))) = this.firsts.wait(first_flight(&url, key.chunk_size)).await {
+                        let whole = f.data.len() as u64 == range.end - range.start;
+                        if whole && meta.etag.as_deref() == Some(key.etag.as_str()) {
+                            leader.publish(Ok(f));
+                            return;
+                        }
+                    }
                 }
                 // A flight that ended between our cache lookup and this one may have just
                 // written the chunk: look again before going to the origin.
@@ -79,6 +96,7 @@ impl Engine {
                         leader.publish(read);
                         return;
                     }
+                    returning = this.index().record_read(id);
                 }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
                 let fetched = fetched
@@ -88,7 +106,7 @@ impl Engine {
                 if let Ok(f) = fetched {
                     this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
                     if !this.info.passthrough {
-                        this.persist(&key, id, f.data).await;
+                        this.persist(&key, id, f.data, returning).await;
                     }
                 }
                 drop(leader);
@@ -145,6 +163,7 @@ impl Engine {
         };
         {
             let mut index = self.index();
+            index.record_read(id);
             if !index.touch(id) {
                 index.insert(id, on_disk);
             }
@@ -165,13 +184,14 @@ impl Engine {
 
     /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
     /// Room is reserved (and victims deleted) before the write, so bytes on disk never exceed the
-    /// capacity, even with many writes in flight.
-    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes) {
+    /// capacity, even with many writes in flight. A chunk the index does not admit (colder than
+    /// what it would push out) is not written and pushes nothing out: its readers were served.
+    /// `returning`: whether the read that fetched it was a re-read (`ChunkIndex::record_read`).
+    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes, returning: bool) {
         let need = round_up(data_offset_for(key.identity_len()) + data.len() as u64);
-        let victims = {
-            let mut index = self.index();
-            index.insert(id, need);
-            index.evict_over_capacity(Some(id))
+        let Some(victims) = self.index().admit(id, need, returning) else {
+            self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
+            return;
         };
         self.remove_files(victims).await;
         match self.store.put(key, data, 0, false).await {

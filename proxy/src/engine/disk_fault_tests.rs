@@ -88,6 +88,7 @@ async fn slot_over(disk: &Arc<FailingDisk>, dir: &std::path::Path) -> Arc<Engine
         io_engine: "failing-disk",
         passthrough: false,
         memory_budget: crate::budget::DEFAULT_BYTES,
+        eviction: Default::default(),
     };
     let cache = Engine::new(info, origin, store, MetaCache::new(Duration::from_secs(60), 1000), None);
     cache.start_rebuild();

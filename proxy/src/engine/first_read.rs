@@ -130,6 +130,7 @@ impl Engine {
                 });
                 // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
                 // flights, so a read of chunk 0 right after must find it there, not fetch it again.
+                // Kept or not as any fill is (`persist`: the same admission), and counted as a read.
                 if let Ok((meta, f)) = &got {
                     this.meta.put(url.to_string(), meta.clone());
                     this.stats.misses.fetch_add(1, Ordering::Relaxed);
@@ -137,7 +138,8 @@ impl Engine {
                     if !this.info.passthrough {
                         let etag = meta.etag.as_deref().unwrap_or_default();
                         let key = ChunkKey::new(&url, etag, chunk_size, 0);
-                        this.persist(&key, key.id().0, f.data.clone()).await;
+                        let returning = this.index().record_read(key.id().0);
+                        this.persist(&key, key.id().0, f.data.clone(), returning).await;
                     }
                 }
                 leader.publish(got);

@@ -71,12 +71,13 @@ impl<V: Clone + Send + Sync + 'static> Flights<V> {
         (value, led)
     }
 
-    /// Waits until the flight `id`, if one is running, has published; says whether there was one.
-    /// (See also [`Flights::join_fallible`], the join every fill of the slot uses.)
-    pub async fn wait(&self, id: u128) -> bool {
-        let Some(mut rx) = self.inflight.get(&id).map(|e| e.value().clone()) else { return false };
-        let _ = rx.wait_for(Option::is_some).await;
-        true
+    /// Waits until the flight `id`, if one is running, has published, and returns what it published
+    /// (`None`: no flight, or its leader dropped without publishing). (See also
+    /// [`Flights::join_fallible`], the join every fill of the slot uses.)
+    pub async fn wait(&self, id: u128) -> Option<V> {
+        let mut rx = self.inflight.get(&id).map(|e| e.value().clone())?;
+        let value = rx.wait_for(Option::is_some).await.ok()?.clone();
+        value
     }
 
     /// Whether a flight for `id` is running.

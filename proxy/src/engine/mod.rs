@@ -17,14 +17,21 @@
 //! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
 //! - `prefetch.rs`: objects clients hint they will read next, fetched ahead by adaptive fetchers;
 //! - `status.rs`: the counters as `memarts status` shows them;
-//! - `flight.rs` (single-flight), `index.rs` (chunk index and LRU), `meta.rs` (metadata cache),
+//! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, admission),
+//!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
+//!   slot's reuse distance, to tell a chunk no longer read), `meta.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
 
+mod admission;
+#[cfg(test)]
+mod admission_tests;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;
 #[cfg(test)]
 mod disk_fault_tests;
+#[cfg(test)]
+mod epoch_tests;
 mod first_read;
 mod flight;
 #[cfg(test)]
@@ -36,6 +43,7 @@ mod open_chunks;
 mod peers;
 mod prefetch;
 mod rebuild;
+mod recency;
 mod status;
 mod uploads;
 
@@ -108,6 +116,8 @@ pub struct Stats {
     pub bytes_from_origin: AtomicU64,
     pub corrupt_chunks: AtomicU64,
     pub evicted_chunks: AtomicU64,
+    /// Fetched chunks served but not kept: colder than every chunk they would have pushed out.
+    pub rejected_chunks: AtomicU64,
     pub store_errors: AtomicU64,
     /// Reads that went on with an expired version because the origin could not be reached.
     pub stale_meta_served: AtomicU64,
@@ -126,6 +136,8 @@ pub struct SlotInfo {
     pub passthrough: bool,
     /// Bytes of fills and upload payloads the slot may hold in memory at once.
     pub memory_budget: u64,
+    /// What the slot keeps when its cache is full (`index.rs`).
+    pub eviction: index::Eviction,
 }
 
 pub struct Engine {
@@ -169,12 +181,13 @@ impl Engine {
         only: Option<OnlyStore>,
     ) -> Arc<Engine> {
         let budget = info.memory_budget;
+        let index = Mutex::new(ChunkIndex::new(info.eviction));
         Arc::new(Engine {
             info,
             only: only.map(Arc::new),
             origin: Arc::new(origin),
             store: Arc::new(store),
-            index: Mutex::new(ChunkIndex::default()),
+            index,
             meta,
             open: OpenChunks::new(MAX_OPEN_CHUNKS),
             flights: Arc::default(),

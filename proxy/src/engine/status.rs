@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use memarts_protocol::SlotStatus;
+use memarts_protocol::{AdmissionStatus, SlotStatus};
 
 use super::Engine;
 
@@ -32,6 +32,14 @@ impl Engine {
             index_ready: self.index_ready.load(Ordering::Acquire),
             io_engine: self.info.io_engine.to_string(),
             cache_dir: self.info.cache_dir.display().to_string(),
+        }
+    }
+
+    /// What the eviction policy did (apart from `status`: see [`AdmissionStatus`]).
+    pub fn admission_status(&self) -> AdmissionStatus {
+        AdmissionStatus {
+            eviction: self.info.eviction.to_string(),
+            rejected_chunks: self.stats.rejected_chunks.load(Ordering::Relaxed),
         }
     }
 }

@@ -76,6 +76,10 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let status = cx.engine.prefetch_status();
             cx.answer(Ok(Response::PrefetchStatus(status))).await
         }
+        Request::AdmissionStatus => {
+            let status = cx.engine.admission_status();
+            cx.answer(Ok(Response::AdmissionStatus(status))).await
+        }
     }
 }
 

@@ -60,7 +60,8 @@ impl LocalAccess {
             | Request::PutMemartsStart { .. }
             | Request::ReadMemarts { .. }
             | Request::ClusterStatus
-            | Request::PrefetchStatus => Vec::new(),
+            | Request::PrefetchStatus
+            | Request::AdmissionStatus => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

@@ -220,7 +220,10 @@ fn filesystem_fills(scale: Scale, data: &Arc<Dataset>, row: &mut Row) -> String 
 
 /// Capacity below the tmpfs: bytes on disk, sampled every 10 ms, stay within it. Returns the note's part.
 fn within_capacity(data: &Arc<Dataset>, row: &mut Row) -> String {
-    let fleet = Fleet::new(&[("MEMARTS_CACHE_CAPACITY", &CAPACITY.to_string())]);
+    // Plain LRU: every fill past the capacity evicts (the default policy keeps a chunk read once
+    // only while there is room, so these one-pass readers would evict nothing). The same reserve-
+    // then-write path serves both policies; this is its busiest case.
+    let fleet = Fleet::new(&[("MEMARTS_CACHE_CAPACITY", &CAPACITY.to_string()), ("MEMARTS_EVICTION", "lru")]);
     if let Err(e) = start_on_tmpfs(&fleet, SLOTS, LARGE_FS) {
         row.violate(format!("could not run the fleet on a tmpfs: {e}"));
         return "the fleet could not run on a tmpfs".into();

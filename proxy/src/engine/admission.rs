@@ -1,0 +1,168 @@
+//! How often each chunk has been read lately: a count-min sketch (TinyLFU's frequency filter) that
+//! the chunk index consults before it lets a new chunk push cached ones out.
+//!
+//! Four rows of saturating 4-bit counters (kept one per byte, for plain code: 4 bytes per counted
+//! slot), each row indexed by a different multiplicative hash of the chunk id (itself a 128-bit
+//! hash of the chunk's identity, so it is already well mixed). A read adds one to the smallest of
+//! the id's four counters ("conservative update": the others already overestimate), and the
+//! estimate is the smallest of the four: never below the true count (until saturation at 15),
+//! above it only by collisions. Every `sample` reads all counters are halved (aging), so what was
+//! read often long ago weighs less than what is read now. (Halving alone is slow to let a new
+//! working set in: an old one read for many epochs keeps high counts for several samples. The
+//! index also asks `recency.rs` whether a cached chunk is still read at all.)
+//!
+//! The crates that offer this (`wtinylfu`, `cache-mod` and the like) are whole caches that hold the
+//! values and count entries; the index needs only the frequency estimate, next to its own byte
+//! accounting and an explicit victims list, so the sketch is here, on its own.
+
+/// Counters saturate here (4 bits, as in TinyLFU: beyond that, more reads say nothing new).
+const MAX_COUNT: u8 = 15;
+
+/// Rows of the sketch; each id has one counter per row.
+const ROWS: usize = 4;
+
+/// Counters per row for each cached chunk: the chunks competing for a place are more than those
+/// cached (a dataset twice the cache is the case to serve), and a chunk that shares all its
+/// counters with others is overestimated.
+const WIDTH_PER_ENTRY: usize = 4;
+
+/// The narrowest and widest rows: a tiny cache still gets a useful sketch, a huge one at most
+/// 8 MiB of counters per slot (more chunks than that share counters, which only overestimates).
+const MIN_WIDTH: usize = 256;
+const MAX_WIDTH: usize = 1 << 21;
+
+/// A sketch is sized for at least this many chunks.
+const MIN_ENTRIES: usize = 64;
+
+/// Reads between two halvings, per counted chunk (TinyLFU's sample size W = 10 × cache entries).
+const SAMPLE_PER_ENTRY: u64 = 10;
+
+/// Odd multipliers, one per row (from the golden ratio and other well-spread constants).
+const SEEDS: [u64; ROWS] =
+    [0x9E37_79B9_7F4A_7C15, 0xC2B2_AE3D_27D4_EB4F, 0x1656_67B1_9E37_79F9, 0xFF51_AFD7_ED55_8CCD];
+
+pub struct FrequencySketch {
+    rows: Vec<u8>,
+    width: usize,
+    entries: usize,
+    reads: u64,
+    sample: u64,
+}
+
+impl FrequencySketch {
+    /// A sketch sized for a cache of about `entries` chunks.
+    pub fn new(entries: usize) -> FrequencySketch {
+        let entries = entries.max(MIN_ENTRIES);
+        let width = entries.saturating_mul(WIDTH_PER_ENTRY).clamp(MIN_WIDTH, MAX_WIDTH).next_power_of_two();
+        FrequencySketch {
+            rows: vec![0; ROWS * width],
+            width,
+            entries,
+            reads: 0,
+            sample: SAMPLE_PER_ENTRY * entries as u64,
+        }
+    }
+
+    /// Counters per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// The number of cached chunks this sketch was sized for.
+    pub fn entries(&self) -> usize {
+        self.entries
+    }
+
+    fn slots(&self, id: u128) -> [usize; ROWS] {
+        let h = (id as u64) ^ ((id >> 64) as u64);
+        let mask = self.width - 1;
+        std::array::from_fn(|row| row * self.width + ((h.wrapping_mul(SEEDS[row]) >> 32) as usize & mask))
+    }
+
+    /// How often `id` was read lately (an estimate, never low until it saturates).
+    pub fn estimate(&self, id: u128) -> u8 {
+        self.slots(id).iter().map(|&s| self.rows[s]).min().unwrap_or(0)
+    }
+
+    /// Counts one read of `id`; halves every counter once `sample` reads were counted.
+    pub fn record(&mut self, id: u128) {
+        let slots = self.slots(id);
+        let min = slots.iter().map(|&s| self.rows[s]).min().unwrap_or(0);
+        if min < MAX_COUNT {
+            for s in slots {
+                if self.rows[s] == min {
+                    self.rows[s] += 1;
+                }
+            }
+        }
+        self.reads += 1;
+        if self.reads >= self.sample {
+            self.halve();
+        }
+    }
+
+    fn halve(&mut self) {
+        for c in &mut self.rows {
+            *c >>= 1;
+        }
+        self.reads /= 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: u64) -> u128 {
+        u128::from(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes())) << 64 | u128::from(i)
+    }
+
+    #[test]
+    fn estimates_count_reads_and_saturate() {
+        let mut s = FrequencySketch::new(1000);
+        for _ in 0..3 {
+            s.record(id(1));
+        }
+        s.record(id(2));
+        assert_eq!(s.estimate(id(1)), 3);
+        assert_eq!(s.estimate(id(2)), 1);
+        assert_eq!(s.estimate(id(3)), 0);
+        for _ in 0..40 {
+            s.record(id(4));
+        }
+        assert_eq!(s.estimate(id(4)), MAX_COUNT);
+    }
+
+    #[test]
+    fn estimates_are_never_low_and_rarely_high() {
+        // 1000 ids in a sketch sized for 1000, each read (i % 5) + 1 times, before any halving.
+        let mut s = FrequencySketch::new(1000);
+        for i in 0..1000u64 {
+            for _ in 0..(i % 5) + 1 {
+                s.record(id(i));
+            }
+        }
+        let mut high = 0;
+        for i in 0..1000u64 {
+            let (e, count) = (u64::from(s.estimate(id(i))), (i % 5) + 1);
+            assert!(e >= count, "id {i}: estimate {e} below its count {count}");
+            high += usize::from(e > count);
+        }
+        assert!(high < 50, "{high} of 1000 estimates too high");
+    }
+
+    #[test]
+    fn every_sample_of_reads_halves_the_counts() {
+        let mut s = FrequencySketch::new(100);
+        let sample = SAMPLE_PER_ENTRY * 100;
+        for _ in 0..8 {
+            s.record(id(7));
+        }
+        // Reads of other ids up to the sample: the halving comes with the last of them.
+        for i in 0..sample - 8 {
+            s.record(id(1000 + i % 50));
+        }
+        assert_eq!(s.estimate(id(7)), 4, "halved once");
+        assert_eq!(s.reads, sample / 2);
+    }
+}
