@@ -102,8 +102,9 @@ fn a_fleet_of_another_user_is_refused_by_the_shim_and_the_cli_before_it_sees_a_r
         let out = cli(&impostor.run_dir, &args, &[]);
         assert_refused(&out, &args.join(" "), &["untrusted memarts fleet", &run, "uid 65534"]);
     }
-    // The owner's own `status`: AdmissionStatus and Status, and nothing from the victim.
-    assert_eq!(impostor.requests(), before + 2, "the impostor served a request of the victim");
+    // The owner's own `status`: PrefetchStatus, AdmissionStatus and Status, and nothing from the
+    // victim.
+    assert_eq!(impostor.requests(), before + 3, "the impostor served a request of the victim");
 
     // What the victim was protected from: a client that trusts the impostor gets its bytes.
     let trusting = shim(&impostor.run_dir, vec![OTHER_UID]).expect("a trusted fleet");
@@ -129,8 +130,9 @@ fn a_socket_served_by_another_uid_is_refused_even_in_a_run_dir_of_our_own() {
     assert!(err.to_string().contains("uid 65534") && err.to_string().contains("proxy-0.sock"), "{err}");
     let out = cli(own.path(), &["cat", &obj.url], &[]);
     assert_refused(&out, "cat", &["untrusted memarts fleet", "proxy-0.sock", "uid 65534"]);
-    // The owner's own `status`: AdmissionStatus and Status, and nothing from the victim.
-    assert_eq!(impostor.requests(), before + 2, "the impostor served a request of the victim");
+    // The owner's own `status`: PrefetchStatus, AdmissionStatus and Status, and nothing from the
+    // victim.
+    assert_eq!(impostor.requests(), before + 3, "the impostor served a request of the victim");
 }
 
 #[test]
@@ -200,9 +202,9 @@ fn the_squatted_default_run_dir_is_refused_with_the_fix_named() {
     for part in ["untrusted memarts fleet", "/tmp/memarts-0", "uid 65534", "MEMARTS_RUN_DIR"] {
         assert!(stderr.contains(part), "{part:?} missing from the victim's error:\n{stderr}");
     }
-    // Two status calls of two slots each (each asks a slot AdmissionStatus, then Status, which
-    // counts itself), and nothing from the victim.
-    assert_eq!(field("squatter-requests-after ") - field("squatter-requests-before "), 4, "{stdout}");
+    // Two status calls of two slots each (each asks a slot PrefetchStatus, AdmissionStatus, then
+    // Status, which counts itself), and nothing from the victim.
+    assert_eq!(field("squatter-requests-after ") - field("squatter-requests-before "), 6, "{stdout}");
 }
 
 /// A pid file an attacker holds locked in a run dir of theirs, naming a process of ours.

@@ -131,8 +131,8 @@ def test_every_call_against_a_fleet_of_another_user_raises_untrusted_fleet_error
     results = _calls(impostor.run_dir, url, tmp_path)
     for name, result in results.items():
         assert result[:2] == ["UntrustedFleetError", True], f"{name}: {result}"
-    # The owner's own `status`: AdmissionStatus and Status, and nothing from the victim.
-    assert impostor.requests() == before + 2, "the impostor served a request of the victim"
+    # The owner's own `status`: PrefetchStatus, AdmissionStatus and Status, nothing from the victim.
+    assert impostor.requests() == before + 3, "the impostor served a request of the victim"
 
 
 def test_a_fleet_of_a_trusted_uid_is_used(s3, bucket, impostor, tmp_path):
