@@ -252,6 +252,13 @@ def _canonical(path):
     return "s3://" + rest if sep else path
 
 
+def _object_files(url):
+    """``(name, size)`` of every object below the prefix `url`, names relative to it, sorted: one
+    recursive LIST."""
+    base = _canonical(url)
+    return sorted((_relative(base, u), size) for u, is_dir, size in _fleet().list(url.rstrip("/"), True) if not is_dir)
+
+
 def _parents(names):
     """Every directory that the relative file names in `names` imply (``a/b/c`` -> ``a``, ``a/b``)."""
     dirs = set()
@@ -279,13 +286,13 @@ def list_directory(url, recursive=False, remove_sep=False, skip_file=False, skip
             dirs.extend(os.path.relpath(os.path.join(root, d), local) for d in dirnames)
             files.extend(os.path.relpath(os.path.join(root, f), local) for f in filenames)
     else:
-        base = _canonical(url)
-        entries = _fleet().list(url.rstrip("/"), recursive)
         if not recursive:
+            base = _canonical(url)
+            entries = _fleet().list(url.rstrip("/"), False)
             return sorted(
                 _relative(base, u) for u, is_dir, _size in entries if not (skip_dir if is_dir else skip_file)
             )
-        files = [_relative(base, u) for u, is_dir, _size in entries if not is_dir]
+        files = [name for name, _size in _object_files(url)]
         dirs = _parents(files)
     if skip_file:
         return [] if skip_dir else sorted(dirs)
@@ -505,8 +512,7 @@ def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=
         names = [os.fspath(n).lstrip("/") for n in file_list]
     elif _local_path(src) is None:
         # One LIST, which also gives the sizes (for the progress report's ETA).
-        base = _canonical(src)
-        listed = sorted((_relative(base, u), size) for u, is_dir, size in _fleet().list(src, True) if not is_dir)
+        listed = _object_files(src)
         names = [n for n, _ in listed]
         total = sum(size for _, size in listed)
     else:
