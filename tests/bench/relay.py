@@ -19,6 +19,9 @@ Defaults: 20 ms, 50 MB/s per connection, 200 MB/s in total (1 MB = 10^6 bytes); 
 arguments of `start_relay`, else by BENCH_LINK_LATENCY_MS, BENCH_LINK_MBPS_PER_CONN and
 BENCH_LINK_MBPS_TOTAL. `start_relay` runs the relay in a subprocess (so that relaying does not compete
 for the GIL with the process being measured) and returns its endpoint URL and a function that stops it;
+it runs `memarts-link-relay` (the same relay in Rust, tests/bench/link_relay.rs: at a thousand requests
+a second this one spends most of a core and becomes the link's real limit) when that binary is built
+(BENCH_LINK_RELAY, else MEMARTS_BIN_DIR, else target/release or target/debug), this file otherwise;
 `start_relay_thread` runs one in a daemon thread instead; `self_check` measures that the relay adds the
 configured latency (a HEAD through the relay against one sent directly).
 
@@ -218,15 +221,29 @@ def start_relay_thread(target_host, target_port, latency_ms=None, mbps_per_conn=
     return f"http://{listen_host}:{box['port']}", stop
 
 
+def relay_program():
+    """The command line prefix of the relay subprocess: the Rust relay if it is built, else this file."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    candidates = [os.environ.get("BENCH_LINK_RELAY")]
+    if os.environ.get("MEMARTS_BIN_DIR"):
+        candidates.append(os.path.join(os.environ["MEMARTS_BIN_DIR"], "memarts-link-relay"))
+    candidates += [os.path.join(root, "target", kind, "memarts-link-relay") for kind in ("release", "debug")]
+    for path in candidates:
+        if path and os.access(path, os.X_OK):
+            return [path]
+    return [sys.executable, os.path.abspath(__file__)]
+
+
 def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, mbps_total=None,
                 listen_host="127.0.0.1", count_signers=False):
     """Starts a relay to target_host:target_port in a subprocess of its own (so that relaying does not
     compete for the GIL with the process being measured). Returns (endpoint_url, stop_fn);
     `stop_fn.params` holds the link parameters, `stop_fn.stats()` returns the relay's counters and
-    `stop_fn.proc` is the process."""
+    `stop_fn.proc` is the process, `stop_fn.program` says which relay runs ("rust" or "python")."""
     params = link_params(latency_ms, mbps_per_conn, mbps_total)
+    program = relay_program()
     proc = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), target_host, str(target_port),
+        program + [target_host, str(target_port),
          "--latency-ms", str(params["latency_ms"]), "--mbps-per-conn", str(params["mbps_per_conn"]),
          "--mbps-total", str(params["mbps_total"]), "--listen", listen_host]
         + (["--count-signers"] if count_signers else []),
@@ -253,6 +270,7 @@ def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, m
         stop()
         raise RuntimeError(f"relay did not start (exit code {proc.poll()}, said {line!r})")
     stop.params = params
+    stop.program = "python" if program[0] == sys.executable else "rust"
     stop.proc = proc
     stop.stats = stats
     return line.split()[1], stop
