@@ -253,7 +253,8 @@ pub struct PrefetchStatus {
     /// Hints for objects already cached: no origin request.
     pub skipped_cached: u64,
     /// Hints dropped: the queue was full (the oldest go), a duplicate of one waiting or running,
-    /// or a slot that caches nothing.
+    /// a slot that caches nothing, or an object whose chunk 0 a full cache would not keep (its
+    /// read fetches it once, rather than the prefetch and then the read).
     pub dropped: u64,
     /// Times the limit was cut because the origin answered 503 SlowDown (or 429).
     pub throttled: u64,

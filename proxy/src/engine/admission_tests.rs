@@ -96,6 +96,91 @@ fn shuffled_epochs_over_twice_the_cache_keep_half_of_it_resident() {
     }
 }
 
+/// Per epoch of a loop with a prefetch `ahead` reads ahead of the reads (as `MapDataset.sampler()`
+/// hints): hits, and fetches from the origin. A prefetch does what the engine's does: nothing for
+/// a cached chunk (it is marked recently used), nothing for one the index would not keep (its
+/// version unknown in the first epoch, as with no metadata yet), else a counted read and a fill.
+/// Panics if a chunk is fetched twice in one epoch or if a fill the dry run allowed is refused.
+fn epochs_with_prefetch(
+    index: &mut ChunkIndex,
+    chunks: u64,
+    epochs: usize,
+    shuffle: Option<u64>,
+    ahead: usize,
+) -> Vec<(u64, u64)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(shuffle.unwrap_or(0));
+    let mut order: Vec<u64> = (0..chunks).collect();
+    (0..epochs)
+        .map(|epoch| {
+            if shuffle.is_some() {
+                order.shuffle(&mut rng);
+            }
+            let mut fetched = std::collections::HashSet::new();
+            let mut fetch =
+                |id: u128| assert!(fetched.insert(id), "epoch {}: {id:x} fetched twice", epoch + 1);
+            let mut hits = 0;
+            for (p, &i) in order.iter().enumerate() {
+                let hinted = if p == 0 {
+                    &order[..ahead.min(order.len())]
+                } else {
+                    order.get(p + ahead..=p + ahead).unwrap_or(&[])
+                };
+                for &j in hinted {
+                    let hint = id(1, j);
+                    if index.touch(hint) {
+                        continue;
+                    }
+                    if let Some(promised) = index.promise((epoch > 0).then_some(hint), CHUNK) {
+                        let returning = index.record_prefetch(hint);
+                        let kept = index.admit(hint, CHUNK, returning).is_some();
+                        assert!(kept, "the dry run said it would be kept");
+                        index.release(promised);
+                        fetch(hint);
+                    }
+                }
+                let chunk = id(1, i);
+                let returning = index.record_read(chunk);
+                if index.touch(chunk) {
+                    hits += 1;
+                } else {
+                    fetch(chunk);
+                    index.admit(chunk, CHUNK, returning);
+                }
+            }
+            (hits, fetched.len() as u64)
+        })
+        .collect()
+}
+
+/// Prefetch and admission (issue 15): over a dataset twice the cache, with hints 20 reads ahead,
+/// in order and shuffled, no chunk is fetched twice in an epoch (a prefetch skips what would not
+/// be kept: its read fetches it once), the epochs after the first hit as often as without
+/// prefetch (the bar), and every read is counted once: the frequencies are those of the same
+/// reads without prefetch.
+#[test]
+fn prefetched_chunks_are_counted_once_never_fetched_twice_and_keep_the_bar() {
+    for shuffle in [None, Some(3)] {
+        let mut with = index(Eviction::TinyLfu);
+        let got = epochs_with_prefetch(&mut with, 2 * CACHED, 4, shuffle, 20);
+        println!("shuffle {shuffle:?}: (hits, fetches) per epoch of {} reads: {got:?}", 2 * CACHED);
+        for (e, &(hits, fetches)) in got.iter().enumerate() {
+            if e > 0 {
+                assert!(hits >= BAR, "epoch {}: {hits} hits: {got:?}", e + 1);
+                assert!(fetches <= 2 * CACHED - BAR, "epoch {}: {fetches} fetches: {got:?}", e + 1);
+            }
+        }
+        let mut without = index(Eviction::TinyLfu);
+        epochs(&mut without, 1, 2 * CACHED, 4, shuffle);
+        for i in 0..2 * CACHED {
+            assert_eq!(
+                with.frequency(id(1, i)),
+                without.frequency(id(1, i)),
+                "chunk {i} counted differently"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_dataset_that_fits_is_all_hits_after_the_first_epoch() {
     for shuffle in [None, Some(7)] {

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use memarts_protocol::{ChunkRequest, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
 use super::first_read::first_flight;
-use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, INLINE_MAX};
+use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, ReadBy, INLINE_MAX};
 use crate::chunk_store::format::{data_offset_for, round_up};
 use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
 
@@ -20,14 +20,16 @@ impl Engine {
     /// Reads one chunk: a hit from disk, or a single-flight fill, from the node that owns it in a
     /// cluster (`peers.rs`) or from the origin.
     pub async fn read_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<ChunkOutcome, WireError> {
-        self.read_chunk_routed(req, true).await
+        self.read_chunk_routed(req, true, ReadBy::Client).await
     }
 
-    /// [`Engine::read_chunk`]; without `route`, never from a peer (a read a peer asked for).
+    /// [`Engine::read_chunk`]; without `route`, never from a peer (a read a peer asked for); `by`:
+    /// a client's read or a prefetch's.
     pub(super) async fn read_chunk_routed(
         self: &Arc<Self>,
         req: &ChunkRequest,
         route: bool,
+        by: ReadBy,
     ) -> Result<ChunkOutcome, WireError> {
         if !(MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size) {
             return Err(bad_request(format!(
@@ -48,7 +50,7 @@ impl Engine {
         if !self.info.passthrough {
             if req.recheck {
                 self.drop_corrupt(id, "client checksum mismatch").await;
-            } else if let Some(outcome) = self.try_hit(&key, id).await {
+            } else if let Some(outcome) = self.try_hit(&key, id, by).await {
                 return Ok(outcome);
             }
         }
@@ -61,7 +63,7 @@ impl Engine {
         // `returning`: whether this read is a re-read, as the index's read clock knew it before it.
         let mut returning = false;
         if !self.info.passthrough && peer_req.is_none() {
-            returning = self.index().record_read(id);
+            returning = self.count_read(id, by);
         }
         let this = self.clone();
         let f = self
@@ -96,7 +98,7 @@ impl Engine {
                         leader.publish(read);
                         return;
                     }
-                    returning = this.index().record_read(id);
+                    returning = this.count_read(id, by);
                 }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
                 let fetched = fetched
@@ -125,7 +127,7 @@ impl Engine {
         Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) })
     }
 
-    async fn try_hit(&self, key: &ChunkKey, id: u128) -> Option<ChunkOutcome> {
+    async fn try_hit(&self, key: &ChunkKey, id: u128, by: ReadBy) -> Option<ChunkOutcome> {
         let chunk = match self.open.get(id) {
             Some(chunk) => chunk,
             None => match self.store.get(key).await {
@@ -161,9 +163,9 @@ impl Engine {
         } else {
             ChunkOutcome::Fd(chunk.into())
         };
+        self.count_read(id, by);
         {
             let mut index = self.index();
-            index.record_read(id);
             if !index.touch(id) {
                 index.insert(id, on_disk);
             }

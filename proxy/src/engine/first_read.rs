@@ -10,7 +10,7 @@ use memarts_protocol::{
     MIN_CHUNK_SIZE,
 };
 
-use super::{parse_url, ChunkOutcome, Engine, Fetched};
+use super::{parse_url, ChunkOutcome, Engine, Fetched, ReadBy};
 use crate::chunk_store::ChunkKey;
 
 /// The flight of the cold first read of `url` at `chunk_size` (metadata and chunk 0 in one GET).
@@ -26,14 +26,16 @@ impl Engine {
         self: &Arc<Self>,
         req: &FirstRequest,
     ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
-        self.read_first_routed(req, true).await
+        self.read_first_routed(req, true, ReadBy::Client).await
     }
 
-    /// [`Engine::read_first`]; without `route`, never from a peer (a read a peer asked for).
+    /// [`Engine::read_first`]; without `route`, never from a peer (a read a peer asked for); `by`:
+    /// a client's read or a prefetch's.
     pub(super) async fn read_first_routed(
         self: &Arc<Self>,
         req: &FirstRequest,
         route: bool,
+        by: ReadBy,
     ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
         let mut known = None;
         if !req.refresh {
@@ -50,7 +52,7 @@ impl Engine {
                 && (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&req.chunk_size)
                 && self.is_cold(&url, req.chunk_size);
             if cold {
-                if let Some(first) = self.read_first_cold(url, req.chunk_size).await {
+                if let Some(first) = self.read_first_cold(url, req.chunk_size, by).await {
                     return first;
                 }
             }
@@ -76,7 +78,7 @@ impl Engine {
             index: 0,
             recheck: false,
         };
-        let outcome = self.read_chunk_routed(&chunk, route).await?;
+        let outcome = self.read_chunk_routed(&chunk, route, by).await?;
         Ok((meta, Some(outcome)))
     }
 
@@ -107,8 +109,10 @@ impl Engine {
         self: &Arc<Self>,
         url: ObjectUrl,
         chunk_size: u64,
+        by: ReadBy,
     ) -> Option<Result<(ObjectMeta, Option<ChunkOutcome>), WireError>> {
         let flight = first_flight(&url, chunk_size);
+        let joined_url = (by == ReadBy::Client).then(|| url.clone());
         let this = self.clone();
         let result = self
             .firsts
@@ -138,7 +142,7 @@ impl Engine {
                     if !this.info.passthrough {
                         let etag = meta.etag.as_deref().unwrap_or_default();
                         let key = ChunkKey::new(&url, etag, chunk_size, 0);
-                        let returning = this.index().record_read(key.id().0);
+                        let returning = this.count_read(key.id().0, by);
                         this.persist(&key, key.id().0, f.data.clone(), returning).await;
                     }
                 }
@@ -147,10 +151,16 @@ impl Engine {
             })
             .await;
         match result {
-            Ok((meta, f)) => Some(Ok((
-                meta,
-                Some(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false }),
-            ))),
+            Ok((meta, f)) => {
+                // A client that joined a prefetch's first read was counted by it (`index.rs`).
+                if let (Some(url), Some(etag)) = (joined_url, meta.etag.as_deref()) {
+                    self.index().forget_prefetch(ChunkKey::new(&url, etag, chunk_size, 0).id().0);
+                }
+                Some(Ok((
+                    meta,
+                    Some(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false }),
+                )))
+            }
             // Gone is gone, refused is refused (O3: never retried): no need to ask again with a HEAD.
             Err(e) if matches!(e.code, ErrorCode::NotFound | ErrorCode::PermissionDenied) => Some(Err(e)),
             Err(_) => None,

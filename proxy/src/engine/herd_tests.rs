@@ -103,7 +103,7 @@ async fn a_cold_first_read_that_comes_after_another_ended_fetches_nothing() {
     cache.wait_idle(Duration::from_secs(10)).await;
     // What the late reader does once past its look at the cache: it joins (here: starts) the flight.
     let url = memarts_protocol::ObjectUrl::parse("s3://b/o").unwrap();
-    let late = cache.read_first_cold(url, CHUNK).await;
+    let late = cache.read_first_cold(url, CHUNK, super::ReadBy::Client).await;
     assert!(late.is_none(), "the late reader is sent the usual way, to the cached chunk");
     assert!(first(&cache).await == object());
     assert_eq!((store.gets(), store.heads()), (1, 0), "chunk 0 was fetched again");

@@ -13,6 +13,12 @@
 //!   out each chunk just before it is read again, a one-off scan pushes out nothing that is still
 //!   read, and a new dataset read repeatedly replaces one no longer read within about two of its
 //!   passes, however long the old one was read.
+//!
+//! A prefetch (`prefetch.rs`) is the read its client is about to make, made early: it is counted
+//! then ([`ChunkIndex::record_prefetch`]), and the client's read of the chunk, when it comes, is
+//! not counted again. Before it fetches, a prefetch asks whether the chunk would be kept
+//! ([`ChunkIndex::promise`]); if not, it leaves the chunk to the client's read, which fetches
+//! it once, rather than fetch it for nothing and have the read fetch it again.
 //! - `lru`: every fetched chunk is kept and the least recently used ones make room (the policy of
 //!   earlier versions, and the reference of the benchmark).
 
@@ -27,6 +33,11 @@ use super::recency::ReadClock;
 /// Bytes of a typical chunk on disk (a 1 MiB chunk and its header), to size the frequency sketch
 /// before the index knows better.
 const TYPICAL_CHUNK_BYTES: u64 = (1 << 20) + 4096;
+
+/// Most chunks remembered as read by a prefetch whose client read is still to come (a prefetch
+/// queue's worth of hints, four times over: a hint never read costs one entry, until it is pushed
+/// out).
+const PREFETCHED_MAX: usize = 16 << 10;
 
 /// A cached chunk: its bytes on disk, and the read clock's time when it was last read (or
 /// indexed), exact, unlike the clock's own table: a victim that looked recently read because it
@@ -53,6 +64,10 @@ pub struct ChunkIndex {
     /// Whether the sketch is sized from the chunks' real size (else from a guess, until the first
     /// chunk is indexed under a known capacity).
     sized: bool,
+    /// Chunks a prefetch read (and counted) whose client read has not come yet.
+    prefetched: LruCache<u128, ()>,
+    /// Bytes promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet.
+    promised: u64,
 }
 
 impl Default for ChunkIndex {
@@ -78,6 +93,8 @@ impl ChunkIndex {
             sketch,
             clock,
             sized: false,
+            prefetched: LruCache::new(std::num::NonZeroUsize::new(PREFETCHED_MAX).expect("non-zero")),
+            promised: 0,
         }
     }
 
@@ -125,6 +142,7 @@ impl ChunkIndex {
 
     /// A new, empty frequency sketch and read clock for about `entries` cached chunks.
     fn reset_history(&mut self, entries: usize) {
+        self.prefetched.clear();
         self.sketch = FrequencySketch::new(entries);
         self.clock = ReadClock::new(self.sketch.width(), self.sketch.entries());
     }
@@ -132,12 +150,32 @@ impl ChunkIndex {
     /// Counts a read of `id` (a hit or a miss) in the frequency sketch and the read clock. Returns
     /// whether the clock has a previous read of it on record (`returning`, for
     /// [`ChunkIndex::admit`]: the clock's entry is this read's from now on).
+    /// A client's read of a chunk a prefetch read for it is not counted again: the prefetch's was
+    /// this read, made early.
     pub fn record_read(&mut self, id: u128) -> bool {
         if self.policy != Eviction::TinyLfu {
             return false;
         }
+        if self.prefetched.pop(&id).is_some() {
+            return self.clock.knows(id);
+        }
         self.sketch.record(id);
         self.clock.record(id)
+    }
+
+    /// [`ChunkIndex::record_read`] of a read a prefetch makes for a client: counted now, and the
+    /// client's own read of `id` is not counted when it comes.
+    pub fn record_prefetch(&mut self, id: u128) -> bool {
+        let returning = self.record_read(id);
+        if self.policy == Eviction::TinyLfu {
+            self.prefetched.put(id, ());
+        }
+        returning
+    }
+
+    /// A client's read of `id` that a prefetch counted came (it joined the prefetch's fetch).
+    pub fn forget_prefetch(&mut self, id: u128) {
+        self.prefetched.pop(&id);
     }
 
     /// How often `id` was read lately, as the sketch estimates it.
@@ -216,23 +254,67 @@ impl ChunkIndex {
     ///
     /// `returning`: what [`ChunkIndex::record_read`] said of the read that fetched it.
     pub fn admit(&mut self, id: u128, bytes: u64, returning: bool) -> Option<Vec<(u128, u64)>> {
-        let Some(cap) = self.capacity.filter(|_| self.policy == Eviction::TinyLfu) else {
+        if self.capacity.is_none() || self.policy != Eviction::TinyLfu {
             self.insert(id, bytes);
             return Some(self.evict_over_capacity(Some(id)));
-        };
-        let already = self.lru.peek(&id).map_or(0, |e| e.bytes);
+        }
+        let candidate = self.frequency(id).saturating_sub(1);
+        let victims = self.victims_for(Some(id), bytes, candidate, returning)?;
+        for &(victim, _) in &victims {
+            self.remove(victim);
+        }
+        self.insert(id, bytes);
+        Some(victims)
+    }
+
+    /// Whether a chunk of about `bytes`, whose read is not counted yet, would be kept if it were
+    /// fetched now, beside what is promised to prefetches being fetched: [`ChunkIndex::admit`] as
+    /// a dry run. If so, the room is promised to it until [`ChunkIndex::release`], so that
+    /// prefetches running at once do not all count on the same free room and then all but one
+    /// see their chunk refused (and fetched again by its read). `id`: `None` for a chunk of an
+    /// object whose version is not known yet (cold: never read at this version, so it is kept
+    /// only if it fits).
+    ///
+    /// `Some(promised)`: it would be kept, and `promised` bytes (0 when nothing needs counting:
+    /// `lru`, or no capacity) are to be released; `None`: it would not be kept.
+    pub fn promise(&mut self, id: Option<u128>, bytes: u64) -> Option<u64> {
+        if self.capacity.is_none() || self.policy != Eviction::TinyLfu {
+            return Some(0);
+        }
+        let candidate = id.map_or(0, |id| self.frequency(id));
+        let returning = id.is_some_and(|id| self.clock.knows(id));
+        self.victims_for(id, self.promised + bytes, candidate, returning)?;
+        self.promised += bytes;
+        Some(bytes)
+    }
+
+    /// The prefetch that [`ChunkIndex::promise`]d `bytes` ended (its chunk indexed, or not).
+    pub fn release(&mut self, bytes: u64) {
+        self.promised = self.promised.saturating_sub(bytes);
+    }
+
+    /// The least recently used chunks that make room for `bytes` of `id` under the TinyLFU policy
+    /// and a known capacity, if it outweighs each of them (`None`: it is not to be kept).
+    fn victims_for(
+        &self,
+        id: Option<u128>,
+        bytes: u64,
+        candidate: u8,
+        returning: bool,
+    ) -> Option<Vec<(u128, u64)>> {
+        let cap = self.capacity?;
         if bytes > cap {
             return None;
         }
+        let already = id.and_then(|id| self.lru.peek(&id)).map_or(0, |e| e.bytes);
         let mut over = (self.used - already + bytes).saturating_sub(cap);
-        let candidate = self.frequency(id).saturating_sub(1);
         let idle_limit = self.clock.idle_limit();
         let mut victims = Vec::new();
         for (&victim, &Entry { bytes: size, read_at }) in self.lru.iter().rev() {
             if over == 0 {
                 break;
             }
-            if victim == id {
+            if Some(victim) == id {
                 continue;
             }
             let idle = self.clock.since(read_at);
@@ -242,10 +324,6 @@ impl ChunkIndex {
             victims.push((victim, size));
             over = over.saturating_sub(size);
         }
-        for &(victim, _) in &victims {
-            self.remove(victim);
-        }
-        self.insert(id, bytes);
         Some(victims)
     }
 

@@ -73,6 +73,14 @@ pub const INLINE_MAX: u64 = 64 << 10;
 /// Chunk files a slot keeps open for fast hits (see [`OpenChunks`]).
 pub const MAX_OPEN_CHUNKS: usize = 1024;
 
+/// Who a read is for: a client, or a prefetch making a client's read early (counted for admission
+/// as that read, once: `index.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadBy {
+    Client,
+    Prefetch,
+}
+
 /// Bytes fetched from the origin, with their checksum.
 #[derive(Debug, Clone)]
 pub struct Fetched {
@@ -204,6 +212,14 @@ impl Engine {
 
     fn index(&self) -> std::sync::MutexGuard<'_, ChunkIndex> {
         self.index.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a read of chunk `id` for admission (`ChunkIndex::record_read`), as `by` makes it.
+    fn count_read(&self, id: u128, by: ReadBy) -> bool {
+        match by {
+            ReadBy::Client => self.index().record_read(id),
+            ReadBy::Prefetch => self.index().record_prefetch(id),
+        }
     }
 
     /// The slot's memory budget: fills hold their bytes in it, connections their upload payloads.

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{ChunkRequest, ErrorCode, FirstRequest, ObjectMeta, ObjectUrl, WireError};
 
-use super::{ChunkOutcome, Engine, Fetched};
+use super::{ChunkOutcome, Engine, Fetched, ReadBy};
 use crate::cluster::peer_client::PeerError;
 use crate::cluster::Cluster;
 
@@ -104,13 +104,13 @@ impl Engine {
 
     /// A chunk a peer asks for: from this slot's cache, or filled from the origin here (and kept).
     pub async fn serve_peer_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<Fetched, WireError> {
-        let outcome = self.read_chunk_routed(req, false).await?;
+        let outcome = self.read_chunk_routed(req, false, ReadBy::Client).await?;
         match self.outcome_bytes(outcome).await {
             Ok(f) => Ok(f),
             // The file changed under us between its header check and this read: drop it, fill again.
             Err(_) => {
                 let again = ChunkRequest { recheck: true, ..req.clone() };
-                let outcome = self.read_chunk_routed(&again, false).await?;
+                let outcome = self.read_chunk_routed(&again, false, ReadBy::Client).await?;
                 self.outcome_bytes(outcome).await
             }
         }
@@ -121,7 +121,7 @@ impl Engine {
         self: &Arc<Self>,
         req: &FirstRequest,
     ) -> Result<(ObjectMeta, Option<Fetched>), WireError> {
-        let (meta, outcome) = self.read_first_routed(req, false).await?;
+        let (meta, outcome) = self.read_first_routed(req, false, ReadBy::Client).await?;
         let chunk = match outcome {
             Some(o) => Some(self.outcome_bytes(o).await?),
             None => None,

@@ -9,7 +9,10 @@
 //!   (it only marks the chunks recently used, as the read soon to come would).
 //! - Fetched chunks are stored the way a read stores them (same index, same eviction): clients hint
 //!   a bounded window ahead of what they consume, so prefetching evicts only what the reads of
-//!   that window would have evicted anyway.
+//!   that window would have evicted anyway. A prefetch is counted for admission as the read it
+//!   makes early, and that read is then not counted again; a chunk the index would not keep (a
+//!   full cache of chunks read more often) is not prefetched: its read fetches it, once, as it
+//!   would have without the hint (`not_kept`, in `dropped`).
 //! - The hint queue is bounded (`queue`: the oldest hints go first, counted); a URL waiting or
 //!   being fetched is not queued twice.
 //! - How many objects are fetched at once adapts (AIMD, as TCP's window): it starts at `start`
@@ -30,7 +33,8 @@ use memarts_protocol::{
 };
 use tokio::sync::Notify;
 
-use super::{bad_request, parse_url, ChunkOutcome, Engine};
+use super::{bad_request, parse_url, ChunkOutcome, Engine, ReadBy};
+use crate::chunk_store::format::{data_offset_for, round_up};
 use crate::chunk_store::ChunkKey;
 use crate::config::PrefetchConfig;
 
@@ -93,6 +97,8 @@ enum Done {
     Cached,
     /// `n` chunks were fetched (or joined) for it.
     Fetched(u64),
+    /// Nothing was fetched: the index would not keep its chunk 0.
+    NotKept,
 }
 
 impl Prefetcher {
@@ -240,6 +246,7 @@ async fn drive(prefetcher: Arc<Prefetcher>, engine: Weak<Engine>) {
                         let c = &p.counters;
                         match done {
                             Ok(Done::Cached) => c.skipped_cached.fetch_add(1, Ordering::Relaxed),
+                            Ok(Done::NotKept) => c.dropped.fetch_add(1, Ordering::Relaxed),
                             Ok(Done::Fetched(n)) => {
                                 c.chunks.fetch_add(n, Ordering::Relaxed);
                                 c.objects.fetch_add(1, Ordering::Relaxed)
@@ -263,6 +270,25 @@ async fn drive(prefetcher: Arc<Prefetcher>, engine: Weak<Engine>) {
             None => woken.await,
         }
     }
+}
+
+/// Room the index promised to a prefetch's chunk, released when the fetch is over.
+struct PromisedRoom<'a> {
+    engine: &'a Engine,
+    bytes: u64,
+}
+
+impl Drop for PromisedRoom<'_> {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.engine.index().release(self.bytes);
+        }
+    }
+}
+
+/// Bytes on disk of the chunk `key` of `len` bytes (its header, and the block rounding).
+fn on_disk(key: &ChunkKey, len: u64) -> u64 {
+    round_up(data_offset_for(key.identity_len()) + len)
 }
 
 fn from_cache(outcome: &ChunkOutcome) -> bool {
@@ -335,14 +361,34 @@ impl Engine {
         self.index().touch(id)
     }
 
+    /// Room promised for chunk 0 of `url` if the index would keep it were it fetched now: of the
+    /// version whose metadata is known, else of a version never read (kept only if it fits).
+    fn promise_first_chunk(&self, url: &str, chunk_size: u64) -> Option<PromisedRoom<'_>> {
+        let Ok(parsed) = parse_url(url) else { return self.promise_room(None, 0) }; // the read says why
+        let known = self.meta.get(url);
+        let etag = known.as_ref().and_then(|m| m.etag.as_deref());
+        let key = ChunkKey::new(&parsed, etag.unwrap_or_default(), chunk_size, 0);
+        let len = known.as_ref().map_or(chunk_size, |m| m.size.min(chunk_size));
+        self.promise_room(etag.map(|_| key.id().0), on_disk(&key, len))
+    }
+
+    /// Room for a chunk a prefetch is about to fetch (`ChunkIndex::promise`), held until dropped.
+    fn promise_room(&self, id: Option<u128>, bytes: u64) -> Option<PromisedRoom<'_>> {
+        let bytes = self.index().promise(id, bytes)?;
+        Some(PromisedRoom { engine: self, bytes })
+    }
+
     /// Reads `url` the way a client's read would (chunk 0 with the metadata, then the chunks this
     /// slot owns, up to `max_object_bytes`), keeping nothing but the cache's copy.
     async fn prefetch_one(self: &Arc<Self>, url: &str, chunk_size: u64) -> Result<Done, WireError> {
         if self.first_chunk_cached(url, chunk_size) {
             return Ok(Done::Cached);
         }
+        let Some(_room) = self.promise_first_chunk(url, chunk_size) else {
+            return Ok(Done::NotKept);
+        };
         let first = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
-        let (meta, outcome) = self.read_first(&first).await?;
+        let (meta, outcome) = self.read_first_routed(&first, true, ReadBy::Prefetch).await?;
         let mut fetched = u64::from(outcome.as_ref().is_some_and(|o| !from_cache(o)));
         drop(outcome);
         let (Some(etag), Ok(parsed)) = (meta.etag.clone(), parse_url(url)) else {
@@ -354,10 +400,15 @@ impl Engine {
             if chunk_owner(&parsed, chunk_size, index, self.info.slots) != self.info.slot {
                 continue;
             }
-            let id = ChunkKey::new(&parsed, &etag, chunk_size, index).id().0;
+            let key = ChunkKey::new(&parsed, &etag, chunk_size, index);
+            let id = key.id().0;
             if self.index().touch(id) {
                 continue;
             }
+            let len = (meta.size - index * chunk_size).min(chunk_size);
+            let Some(_room) = self.promise_room(Some(id), on_disk(&key, len)) else {
+                continue; // its read fetches it, once
+            };
             let req = ChunkRequest {
                 url: url.to_string(),
                 etag: etag.clone(),
@@ -366,7 +417,7 @@ impl Engine {
                 index,
                 recheck: false,
             };
-            let outcome = self.read_chunk(&req).await?;
+            let outcome = self.read_chunk_routed(&req, true, ReadBy::Prefetch).await?;
             fetched += u64::from(!from_cache(&outcome));
         }
         Ok(if fetched > 0 { Done::Fetched(fetched) } else { Done::Cached })

@@ -107,6 +107,11 @@ impl ReadClock {
         prev.is_some()
     }
 
+    /// Whether a read of `id` is on record (what [`ReadClock::record`] would return), counting none.
+    pub fn knows(&self, id: u128) -> bool {
+        self.last_read(id).is_some()
+    }
+
     /// The time of the latest read.
     pub fn now(&self) -> u32 {
         self.now
