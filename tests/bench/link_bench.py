@@ -9,7 +9,12 @@ object for every ranged GET and serves a few hundred small GETs a second on a 2-
 link, so against it every client is origin-bound and a ratio to the link measures moto. s3s-fs is
 found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into target/bench-tools.
 
-Every scenario reads data no one read before: each memarts scenario has a fresh cache.
+Every scenario reads data no one read before: each memarts scenario has a fresh cache. The files of
+every scenario (caches, downloads) are deleted at the end of the run, not between scenarios: ext4
+does not reuse an inode for 60-300 s after its file is deleted (`find_inode_bit` skips "recently
+deleted" inodes, reading each one's inode-table block), so right after the previous scenario's
+1,500 files were deleted, creating the next cache's files spent a third of the proxies' CPU in that
+scan (perf, on this 2-core VM): a cost of running scenarios back to back, not of a first epoch.
 
 - link (nominal): BENCH_LINK_MBPS_TOTAL;
 - link (measured): `curl --parallel --parallel-max 64` of the small files, the most this link,
@@ -138,8 +143,9 @@ class Fleet:
         return self
 
     def __exit__(self, *exc):
+        # Its files go with the run's base dir, at the end (see the docstring: deleting them now
+        # would slow the next scenario's file creations).
         subprocess.run([MEMARTS, "stop_proxy"], env=self.env, capture_output=True)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def timed(total_bytes, fn):
@@ -193,7 +199,6 @@ def curl_parallel_gets(endpoint, data, base, parallel=64):
     for i, key in enumerate(data.small):
         with open(os.path.join(out_dir, str(i)), "rb") as f:
             got[key] = zlib.crc32(f.read())
-    shutil.rmtree(out_dir, ignore_errors=True)
     data.check(f"curl --parallel-max {parallel}", got)
     return out
 

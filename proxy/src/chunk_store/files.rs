@@ -53,12 +53,20 @@ pub(super) fn writer_alive(name: &str) -> bool {
 
 /// Renames the finished temp file into place, creating the fan-out directories; with
 /// `durable`, fsyncs the destination directory and the parents of directories it created.
+///
+/// The rename is tried first: once the cache has filled its fan-out, the directories exist, and
+/// two `mkdir`s per chunk (each taking its parent directory's lock) were a tenth of a fill's CPU.
 pub(super) fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
     let leaf = dest.parent().unwrap_or(chunks);
     let middle = leaf.parent().unwrap_or(chunks);
-    let created_middle = create_dir(middle)?;
-    let created_leaf = create_dir(leaf)?;
-    if let Err(e) = fs::rename(tmp, dest) {
+    let (mut created_middle, mut created_leaf) = (false, false);
+    let mut renamed = fs::rename(tmp, dest);
+    if renamed.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
+        created_middle = create_dir(middle)?;
+        created_leaf = create_dir(leaf)?;
+        renamed = fs::rename(tmp, dest);
+    }
+    if let Err(e) = renamed {
         // A directory at the chunk's path (foreign, or left by a bug) would refuse every fill of
         // this chunk for good: it goes, and the rename is tried once more. (A symlink or a pipe is
         // replaced by the rename itself.)
