@@ -1,6 +1,6 @@
 //! `memarts-link-relay`: the emulated remote link of the benchmarks, in Rust.
 //!
-//! The same relay as `tests/bench/relay.py` (same arguments, same "READY <url>" line, same counters on
+//! The same relay as `tests/bench/relay.py` (same arguments, same `READY <url>` line, same counters on
 //! SIGUSR1), for the benchmarks that push a thousand requests a second through it: there, the asyncio
 //! relay became the link's real limit on this 2-core machine (curl `--parallel 64` got 0.82x the
 //! configured rate through it, 0.88-0.93x through this one, which takes about 0.16 ms of CPU per
