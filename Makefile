@@ -3,12 +3,32 @@ CARGO ?= cargo
 PYTHON ?= python3
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build test unit e2e lint fmt demo bench clean deps-build deps-test reliability
+.PHONY: all build install install-bin uninstall test unit e2e lint fmt demo bench clean deps-build deps-test reliability
 
 all: build
 
 build: deps-build
 	$(CARGO) build --release --bins
+
+# `memarts` and `memarts-proxy` into $(PREFIX)/bin (memarts finds memarts-proxy next to itself), and
+# the Python package (`import memarts`) into $(PYTHON)'s environment. PREFIX=$$HOME/.local installs
+# without root; DESTDIR stages a package. `install-bin` installs the binaries of BIN_DIR only, built
+# or not (the install test uses it with the debug build).
+PREFIX ?= /usr/local
+BIN_DIR ?= target/release
+install: build install-bin
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
+	@echo "installed the Python package memarts into $$($(PYTHON) -c 'import sys; print(sys.prefix)')"
+
+install-bin:
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN_DIR)/memarts $(BIN_DIR)/memarts-proxy $(DESTDIR)$(PREFIX)/bin/
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/memarts and $(DESTDIR)$(PREFIX)/bin/memarts-proxy"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on PATH: add it, or run $(PREFIX)/bin/memarts";; esac
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/memarts $(DESTDIR)$(PREFIX)/bin/memarts-proxy
+	-$(PYTHON) -m pip uninstall --quiet --yes memarts
 
 # What building needs beyond Rust: protoc (Debian package protobuf-compiler), which generates the etcd
 # client's code of the proxy's `etcd` feature (on by default) at build time.

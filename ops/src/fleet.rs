@@ -81,6 +81,8 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         // One clear error naming the file rather than one per slot; each slot reads it again anyway.
         FileCredentialProvider::open(path)?;
     }
+    // Before anything is made on disk: a missing binary leaves nothing behind.
+    let proxy_bin = proxy_binary()?;
     ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids())
         .with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
 
@@ -102,7 +104,6 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     clean_stale(&cfg.run_dir)?;
     write_fleet_file(&cfg)?;
 
-    let proxy_bin = proxy_binary()?;
     let (tx, rx) = mpsc::channel::<(u32, Result<Readiness, String>)>();
     let mut pids = Vec::new();
     for slot in 0..cfg.slots {
@@ -296,16 +297,34 @@ fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {
     Ok(())
 }
 
-/// `MEMARTS_PROXY_BIN`, else `memarts-proxy` next to this executable, else on `PATH`.
+/// `MEMARTS_PROXY_BIN`, else `memarts-proxy` next to this executable, else on `PATH`; when it is
+/// in none of them, an error that says where it looked and what to do.
 fn proxy_binary() -> Result<PathBuf> {
     if let Some(p) = memarts_settings::Settings::from_env()?.proxy_bin {
-        return Ok(p);
-    }
-    if let Ok(me) = std::env::current_exe() {
-        let sibling = me.with_file_name("memarts-proxy");
-        if sibling.exists() {
-            return Ok(sibling);
+        if is_executable(&p) {
+            return Ok(p);
         }
+        bail!("MEMARTS_PROXY_BIN is {}, which is not an executable file", p.display());
     }
-    Ok(PathBuf::from("memarts-proxy"))
+    let sibling = std::env::current_exe().ok().map(|me| me.with_file_name("memarts-proxy"));
+    if let Some(sibling) = sibling.as_ref().filter(|p| is_executable(p)) {
+        return Ok(sibling.clone());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(found) =
+        std::env::split_paths(&path).map(|d| d.join("memarts-proxy")).find(|p| is_executable(p))
+    {
+        return Ok(found);
+    }
+    let next_to = sibling.map_or_else(|| "next to memarts".to_string(), |p| p.display().to_string());
+    bail!(
+        "cannot find memarts-proxy: not at {next_to}, not on PATH ({}), and MEMARTS_PROXY_BIN is not \
+         set. Install both binaries with `make install` (into PREFIX/bin, PREFIX=/usr/local by \
+         default), put memarts-proxy next to memarts, or set MEMARTS_PROXY_BIN=/path/to/memarts-proxy",
+        path.to_string_lossy()
+    )
+}
+
+fn is_executable(path: &Path) -> bool {
+    path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }

@@ -14,6 +14,7 @@ mod crash_leftovers;
 mod credentials;
 mod engine_fallback;
 mod fork;
+mod install;
 mod lifecycle;
 mod memarts_only;
 mod mount;
