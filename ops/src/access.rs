@@ -16,3 +16,21 @@ pub fn access(common: &Common) -> Result<Session> {
     let cfg = resolve(common)?;
     Ok(Session::open(&settings, shim_config(&settings, &cfg), cfg)?)
 }
+
+/// Puts `url` in front of an error about it, unless the message names it already (the proxy's do:
+/// "s3://b/k: not found at the origin"), so that an error says a thing once.
+pub trait AboutUrl<T> {
+    fn about(self, url: &str) -> anyhow::Result<T>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> AboutUrl<T> for Result<T, E> {
+    fn about(self, url: &str) -> anyhow::Result<T> {
+        self.map_err(|e| {
+            if e.to_string().contains(url) {
+                anyhow::Error::new(e)
+            } else {
+                anyhow::Error::new(e).context(url.to_string())
+            }
+        })
+    }
+}

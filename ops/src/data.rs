@@ -5,10 +5,10 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use memarts_shim::Stream;
 
-use crate::access::access;
+use crate::access::{access, AboutUrl};
 use crate::cli::{Common, StatArgs, UrlArgs};
 
 /// Bytes `cat` hands to stdout per write; the stream keeps its read-ahead window in flight
@@ -17,12 +17,12 @@ const WRITE: usize = 1 << 20;
 
 pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
     let access = Arc::new(access(common)?);
-    let mut stream = Stream::open(access, &args.url).with_context(|| args.url.clone())?;
+    let mut stream = Stream::open(access, &args.url).about(&args.url)?;
     let size = stream.size();
     let mut buf = vec![0u8; WRITE.min(size as usize)];
     let mut out = std::io::stdout().lock();
     while stream.position() < size {
-        let n = stream.read(&mut buf[..]).with_context(|| args.url.clone())?;
+        let n = stream.read(&mut buf[..]).about(&args.url)?;
         if n == 0 {
             anyhow::bail!("{}: object ended at {} of {size} bytes", args.url, stream.position());
         }
@@ -36,7 +36,7 @@ pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
 }
 
 pub fn stat(common: &Common, args: &StatArgs) -> Result<ExitCode> {
-    let meta = access(common)?.stat(&args.url).with_context(|| args.url.clone())?;
+    let meta = access(common)?.stat(&args.url).about(&args.url)?;
     if args.json {
         let v = serde_json::json!({
             "url": args.url, "size": meta.size, "etag": meta.etag, "version": meta.version,

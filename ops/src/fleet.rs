@@ -144,8 +144,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     }
     let engine = ready.first().and_then(|r| r.io_engine.clone()).unwrap_or_default();
     println!(
-        "memarts: {} proxies ready in {:.2}s (run dir {}, cache {}, capacity {}, io engine {engine})",
+        "memarts: {} {} ready in {:.2}s (run dir {}, cache {}, capacity {}, io engine {engine})",
         cfg.slots,
+        if cfg.slots == 1 { "proxy" } else { "proxies" },
         started.elapsed().as_secs_f64(),
         cfg.run_dir.display(),
         cfg.cache_dir.display(),

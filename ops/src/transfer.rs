@@ -14,7 +14,7 @@ use memarts_shim::local_file::write_atomically;
 
 use memarts_shim::mode::{Mode, Session};
 
-use crate::access::access;
+use crate::access::{access, AboutUrl};
 use crate::cli::{Common, CpArgs, LsArgs, PutArgs};
 
 /// Bytes read per step of one copy.
@@ -25,7 +25,7 @@ fn is_remote(url: &str) -> bool {
 }
 
 pub fn ls(common: &Common, args: &LsArgs) -> Result<ExitCode> {
-    let entries = access(common)?.list(&args.url, args.recursive).with_context(|| args.url.clone())?;
+    let entries = access(common)?.list(&args.url, args.recursive).about(&args.url)?;
     let mut out = std::io::stdout().lock();
     for e in entries {
         let line = if args.long {
@@ -63,7 +63,7 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     let access = access(common)?;
     let jobs: Vec<(String, PathBuf, u64)> = if args.recursive {
         let base = args.src.trim_end_matches('/');
-        let listed = access.list(base, true).with_context(|| args.src.clone())?;
+        let listed = access.list(base, true).about(&args.src)?;
         let canonical = memarts_shim::absolutize(base)?;
         let canonical = canonical.replacen("obs://", "s3://", 1).replacen("oss://", "s3://", 1);
         listed
@@ -75,7 +75,7 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
             })
             .collect()
     } else {
-        let meta = access.stat(&args.src).with_context(|| args.src.clone())?;
+        let meta = access.stat(&args.src).about(&args.src)?;
         let target = if dst.is_dir() {
             dst.join(args.src.trim_end_matches('/').rsplit('/').next().unwrap_or("object"))
         } else {

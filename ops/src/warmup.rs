@@ -25,6 +25,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use memarts_settings::size::format_size;
 use memarts_shim::{fleet_running, Client};
 
+use crate::access::AboutUrl;
 use crate::cli::{Common, WarmupArgs};
 use crate::settings::resolve;
 
@@ -102,7 +103,7 @@ fn counters(client: &Client) -> (u64, u64, u64, u64) {
 /// its first field; `#` comments), or one recursive LIST of the prefix.
 fn jobs(client: &Client, args: &WarmupArgs) -> Result<Vec<Job>> {
     let Some(manifest) = &args.manifest else {
-        let listed = client.list(&args.url_prefix, true).with_context(|| args.url_prefix.clone())?;
+        let listed = client.list(&args.url_prefix, true).about(&args.url_prefix)?;
         return Ok(listed
             .into_iter()
             .filter(|e| !e.is_dir)

@@ -5,14 +5,16 @@ use memarts_protocol::{ErrorCode, FrameError, WireError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("not found: {0}")]
+    // The proxy's messages of these three say what happened and to what ("s3://b/k: not found at
+    // the origin"): they are shown as they are, so that a message says a thing once.
+    #[error("{0}")]
     NotFound(String),
     /// The object changed at the origin while it was being read; read it again.
-    #[error("object changed during the read: {0}")]
+    #[error("{0}")]
     Stale(String),
     #[error("permission denied: {0}")]
     PermissionDenied(String),
-    #[error("origin error: {0}")]
+    #[error("{0}")]
     Origin(String),
     #[error("corrupt data: {0}")]
     Corrupt(String),

@@ -82,7 +82,10 @@ impl Target {
         let client: &Client = (*self.source).as_ref();
         let n = client.read_at(&self.url, &self.meta, index * self.chunk_size, &mut data[..])?;
         if n != len {
-            return Err(Error::Stale(format!("{}: chunk {index} ended after {n} of {len} bytes", self.url)));
+            return Err(Error::Stale(format!(
+                "{}: changed during the read (chunk {index} ended after {n} of {len} bytes)",
+                self.url
+            )));
         }
         Ok(data)
     }

@@ -7,6 +7,7 @@ mod batch;
 mod cache_hits;
 mod capacity;
 mod cli_data;
+mod cli_messages;
 mod cluster;
 mod cluster_etcd;
 mod consistency;

@@ -38,6 +38,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour codes only where a person watches: stderr is a log file under `start_proxy`.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     memarts_proxy::lifecycle::main(&args.fleet, args.slot)
 }

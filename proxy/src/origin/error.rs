@@ -6,13 +6,20 @@ use super::credentials::CredentialsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OriginError {
-    #[error("not found at the origin: {0}")]
+    /// The object (its URL, or its key when no URL is at hand) does not exist.
+    #[error("{0}: not found at the origin")]
     NotFound(String),
+    /// The bucket of the URL does not exist.
+    #[error("{0}: no such bucket at the origin")]
+    NoSuchBucket(String),
     /// The object no longer has the ETag the read started with (HTTP 412 on `If-Match`).
-    #[error("object changed at the origin since the read started: {0}")]
+    #[error("{0}: changed at the origin since the read started")]
     Stale(String),
-    #[error("the origin refused access: {0}")]
+    #[error("{0}: the origin refused access")]
     PermissionDenied(String),
+    /// No endpoint and no credentials are configured for an S3 URL; never retried.
+    #[error("{0}")]
+    NotConfigured(String),
     /// Malformed URL or key; never retried.
     #[error("bad request: {0}")]
     BadRequest(String),
@@ -51,6 +58,18 @@ impl OriginError {
         }
     }
 
+    /// The error about `url`: the object or bucket it names, rather than the key object_store
+    /// reports, so that the message says what the caller asked for.
+    pub(crate) fn about(self, url: &impl std::fmt::Display) -> OriginError {
+        match self {
+            OriginError::NotFound(_) => OriginError::NotFound(url.to_string()),
+            OriginError::Stale(_) => OriginError::Stale(url.to_string()),
+            OriginError::PermissionDenied(_) => OriginError::PermissionDenied(url.to_string()),
+            OriginError::NoSuchBucket(_) => OriginError::NoSuchBucket(url.to_string()),
+            other => other,
+        }
+    }
+
     pub(crate) fn from_store(e: object_store::Error) -> OriginError {
         use object_store::Error as E;
         match e {
@@ -63,7 +82,15 @@ impl OriginError {
             E::NotSupported { source } => OriginError::BadRequest(source.to_string()),
             E::Generic { store, source } => match source.downcast::<CredentialsError>() {
                 Ok(e) => OriginError::from(*e),
-                Err(source) => OriginError::Failed(without_body(&E::Generic { store, source }.to_string())),
+                Err(source) => {
+                    let message = without_body(&E::Generic { store, source }.to_string());
+                    // object_store reports a LIST of a missing bucket as a generic 404.
+                    if message.contains("NoSuchBucket") {
+                        OriginError::NoSuchBucket(String::new())
+                    } else {
+                        OriginError::Failed(message)
+                    }
+                }
             },
             other => OriginError::Failed(without_body(&other.to_string())),
         }
@@ -103,11 +130,13 @@ fn without_body(message: &str) -> String {
 impl From<OriginError> for WireError {
     fn from(e: OriginError) -> WireError {
         let code = match &e {
-            OriginError::NotFound(_) => ErrorCode::NotFound,
+            OriginError::NotFound(_) | OriginError::NoSuchBucket(_) => ErrorCode::NotFound,
             OriginError::Stale(_) => ErrorCode::Stale,
             OriginError::PermissionDenied(_) | OriginError::Credentials(_) => ErrorCode::PermissionDenied,
             OriginError::BadRequest(_) => ErrorCode::BadRequest,
-            OriginError::Malformed(_) | OriginError::Failed(_) => ErrorCode::OriginError,
+            OriginError::Malformed(_) | OriginError::Failed(_) | OriginError::NotConfigured(_) => {
+                ErrorCode::OriginError
+            }
         };
         WireError::new(code, e.to_string())
     }

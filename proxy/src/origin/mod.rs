@@ -156,6 +156,16 @@ impl Origin {
                 if let Some(store) = self.fixed.get(&url.bucket) {
                     return Ok(store.clone());
                 }
+                // Nothing configured at all: say what to set, rather than retry unsigned requests
+                // against AWS's public endpoint (AWS itself is `AWS_ENDPOINT_URL=https://s3.amazonaws.com`).
+                if self.cfg.endpoint.is_none() && self.credentials.is_none() {
+                    return Err(OriginError::NotConfigured(format!(
+                        "{url}: no object store is configured: set AWS_ENDPOINT_URL (your object store's \
+                         endpoint, e.g. https://obs.cn-north-4.myhuaweicloud.com, or https://s3.amazonaws.com \
+                         for AWS), AWS_REGION, and AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or \
+                         MEMARTS_CREDENTIALS_FILE)"
+                    )));
+                }
                 if !is_bucket_name(&url.bucket) {
                     // It goes into the request URL as it is: a space or a control character made
                     // object_store panic building the request, a `#` or `?` named another bucket.
@@ -222,7 +232,7 @@ impl Origin {
                 || self.count_retry(),
                 || async {
                     self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    store.head(&path).await.map_err(|e| self.classify(e))
+                    store.head(&path).await.map_err(|e| self.classify(e, url))
                 },
             )
             .await?;
@@ -260,11 +270,11 @@ impl Origin {
                         range: Some(GetRange::Bounded(range.clone())),
                         ..GetOptions::default()
                     };
-                    let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e))?;
+                    let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
                     if let Some(got) = res.meta.e_tag.as_deref() {
                         // Servers that ignore If-Match still report the version they served.
                         if got != etag {
-                            return Err(OriginError::Stale(format!("{url}: ETag {got} instead of {etag}")));
+                            return Err(OriginError::Stale(format!("{url} (ETag {got}, not {etag})")));
                         }
                     }
                     self.exact_body(url, res, range.clone()).await
@@ -316,7 +326,7 @@ impl Origin {
             || async {
                 self.stats.requests.fetch_add(1, Ordering::Relaxed);
                 let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
-                let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e))?;
+                let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
                 let meta = to_meta(&res.meta);
                 let bytes = self.exact_body(url, res, 0..len.min(meta.size)).await?;
                 Ok((meta, bytes))
@@ -359,13 +369,14 @@ impl Origin {
                             }
                             None => store.list(prefix.as_ref()),
                         };
-                        let metas: Vec<_> = stream.take_n(max + 1).await.map_err(OriginError::from_store)?;
+                        let metas: Vec<_> =
+                            stream.take_n(max + 1).await.map_err(|e| self.classify(e, &url))?;
                         Ok(metas.iter().map(|m| entry(entry_url(&m.location), m)).collect())
                     } else {
                         let res = store
                             .list_with_delimiter(prefix.as_ref())
                             .await
-                            .map_err(OriginError::from_store)?;
+                            .map_err(|e| self.classify(e, &url))?;
                         let dirs = res.common_prefixes.iter().map(|p| ListEntry {
                             url: entry_url(p),
                             is_dir: true,
@@ -424,8 +435,9 @@ impl Origin {
     }
 
     /// An object_store error as ours, counting throttling answers.
-    fn classify(&self, e: object_store::Error) -> OriginError {
-        let e = OriginError::from_store(e);
+    /// An object_store error of a request about `url`, classified (and counted if a throttle).
+    fn classify(&self, e: object_store::Error, url: &impl std::fmt::Display) -> OriginError {
+        let e = OriginError::from_store(e).about(url);
         if e.is_throttle() {
             self.stats.throttled.fetch_add(1, Ordering::Relaxed);
         }

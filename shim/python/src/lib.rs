@@ -165,7 +165,9 @@ impl Client {
             sink.reserve(len)?;
             let n = self.inner.read_at(url, &meta, 0, sink.room())?;
             if n != len {
-                return Err(Error::Stale(format!("{url}: {n} bytes where {len} were cached")));
+                return Err(Error::Stale(format!(
+                    "{url}: changed during the read ({n} bytes where {len} were cached)"
+                )));
             }
             Ok(())
         })
