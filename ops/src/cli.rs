@@ -214,13 +214,15 @@ pub struct StartArgs {
     #[arg(long)]
     pub capacity: Option<String>,
     /// SSD I/O engine: auto (io_uring, pread if unavailable), io_uring or pread
+    /// [env: MEMARTS_IO_ENGINE] [default: auto]
     #[arg(long)]
     pub io_engine: Option<String>,
     /// What a full cache keeps: tinylfu (a fetched chunk only if it was read more often lately than
     /// what it would push out) or lru [env: MEMARTS_EVICTION] [default: tinylfu]
     #[arg(long)]
     pub eviction: Option<String>,
-    /// Seconds a stat result is trusted before the ETag is revalidated [default: 60]
+    /// Seconds a stat result is trusted before the ETag is revalidated [config: meta_ttl_secs]
+    /// [default: 60]
     #[arg(long)]
     pub meta_ttl: Option<f64>,
     /// S3-compatible endpoint URL [env: AWS_ENDPOINT_URL]

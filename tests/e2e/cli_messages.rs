@@ -1,7 +1,7 @@
 //! What the CLI says (issue 16, item 5): errors go to stderr and say a thing once, through the
 //! fleet and without one; a missing bucket is said so, not retried; an s3:// URL with nothing
-//! configured names the variables to set at once, with no request; "1 proxy ready"; and the proxy
-//! logs written to files carry no ANSI colour codes.
+//! configured names the variables to set at once, with no request; "1 proxy ready"; the proxy
+//! logs written to files carry no ANSI colour codes; and `--help` names each flag's variable.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -76,4 +76,32 @@ fn proxy_logs_in_files_have_no_colour_codes() {
     let log = std::fs::read(fleet.run_dir.join("proxy-0.log")).expect("the slot's log");
     assert!(log.len() > 100, "the log is nearly empty: {}", text(&log));
     assert!(!log.contains(&0x1b), "ANSI escape codes in the log file:\n{}", text(&log));
+}
+
+#[test]
+fn help_names_the_environment_variable_of_each_flag_that_has_one() {
+    let help = |args: &[&str]| {
+        let out = Command::new(memarts_bin()).args(args).output().expect("run memarts");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let top = help(&["--help"]);
+    for var in ["MEMARTS_RUN_DIR", "MEMARTS_CONFIG"] {
+        assert!(top.contains(&format!("[env: {var}]")), "memarts --help does not name {var}:\n{top}");
+    }
+    let start = help(&["start_proxy", "--help"]);
+    for var in [
+        "MEMARTS_CACHE_DIR",
+        "MEMARTS_CACHE_CAPACITY",
+        "MEMARTS_IO_ENGINE",
+        "MEMARTS_EVICTION",
+        "AWS_ENDPOINT_URL",
+        "MEMARTS_CREDENTIALS_FILE",
+        "MEMARTS_CLUSTER",
+        "MEMARTS_NODE_ID",
+        "MEMARTS_PEER_ADDRESS",
+        "MEMARTS_PEER_LISTEN",
+    ] {
+        assert!(start.contains(&format!("[env: {var}]")), "start_proxy --help does not name {var}:\n{start}");
+    }
 }
