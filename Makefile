@@ -54,13 +54,16 @@ deps-test: deps-build
 # run a second time on the pread engine, which takes over where containers refuse io_uring), then the
 # Python package built by maturin and its tests, against a real fleet and again with the
 # engine embedded in the test process (USE_MEMARTS=1, no fleet).
+# Each test command runs with a private TMPDIR, removed after it (ops/scripts/in-private-tmp.sh):
+# nothing the tests make is left in /tmp.
+IN_TMP = ops/scripts/in-private-tmp.sh
 test: deps-test
 	$(CARGO) build --bins
-	$(CARGO) test --workspace
-	MEMARTS_IO_ENGINE=pread $(CARGO) test --test e2e
+	$(IN_TMP) $(CARGO) test --workspace
+	MEMARTS_IO_ENGINE=pread $(IN_TMP) $(CARGO) test --test e2e
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python
-	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
-	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(PYTHON) -m pytest -q shim/python/tests
+	MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(IN_TMP) $(PYTHON) -m pytest -q shim/python/tests
+	MEMARTS_TEST_MODE=embedded MEMARTS_BIN_DIR=$(CURDIR)/target/debug $(IN_TMP) $(PYTHON) -m pytest -q shim/python/tests
 
 # rustfmt, clippy and rustdoc (broken intra-doc links and the like), all with warnings as errors.
 lint: deps-build

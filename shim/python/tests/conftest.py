@@ -11,6 +11,7 @@ The memarts binaries come from the workspace's target directory (``MEMARTS_BIN_D
 
 import os
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -133,6 +134,7 @@ def fleet(moto_endpoint):
     yield Fleet
     if MODE == "proxy":
         subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
+    shutil.rmtree(base, ignore_errors=True)
 
 
 _buckets = iter(range(10_000))
