@@ -25,8 +25,11 @@ pub trait AboutUrl<T> {
 
 impl<T, E: std::error::Error + Send + Sync + 'static> AboutUrl<T> for Result<T, E> {
     fn about(self, url: &str) -> anyhow::Result<T> {
+        // The proxy names an obs:// or oss:// object by its s3:// URL: the bucket and key are
+        // what must not be said twice.
+        let named = url.split_once("://").map_or(url, |(_, rest)| rest);
         self.map_err(|e| {
-            if e.to_string().contains(url) {
+            if e.to_string().contains(named) {
                 anyhow::Error::new(e)
             } else {
                 anyhow::Error::new(e).context(url.to_string())

@@ -31,6 +31,12 @@ fn errors_say_what_happened_to_which_url_once_on_stderr() {
                 "{args:?} (through the fleet: {through_fleet})"
             );
         }
+        // Another scheme for the same store: the object is still named once.
+        let obs = format!("obs://{bucket}/missing");
+        let out = fleet.memarts(&["cat", &obs]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success() && err.contains("not found at the origin"), "{err}");
+        assert_eq!(err.matches(&format!("{bucket}/missing")).count(), 1, "the object named twice: {err}");
         let out = fleet.memarts(&["ls", "s3://no-such-bucket-here/"]);
         let err = text(&out.stderr);
         assert!(!out.status.success());

@@ -21,11 +21,21 @@ pub struct PrefetchConfig {
     /// Bytes of one object a prefetch fetches at most (its first chunks): a hint for a huge object
     /// neither holds a fetcher for long nor fills the cache; reads fetch the rest.
     pub max_object_bytes: u64,
+    /// Bytes of chunks a slot holds in memory for reads to come when the cache would not keep
+    /// them (a dataset larger than the cache, `staging.rs`); 0: such chunks are not prefetched.
+    pub staging_bytes: u64,
 }
 
 impl Default for PrefetchConfig {
     fn default() -> Self {
-        PrefetchConfig { queue: 4096, start: 8, min: 1, max: 64, max_object_bytes: 64 << 20 }
+        PrefetchConfig {
+            queue: 4096,
+            start: 8,
+            min: 1,
+            max: 64,
+            max_object_bytes: 64 << 20,
+            staging_bytes: 64 << 20,
+        }
     }
 }
 
@@ -33,6 +43,9 @@ impl PrefetchConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=1 << 20).contains(&self.queue) {
             return Err(ConfigError::invalid("prefetch.queue", "between 1 and 1048576", self.queue));
+        }
+        if self.staging_bytes > 1 << 40 {
+            return Err(ConfigError::invalid("prefetch.staging_bytes", "at most 1 TiB", self.staging_bytes));
         }
         if !(1..=1024).contains(&self.max) {
             return Err(ConfigError::invalid("prefetch.max", "between 1 and 1024", self.max));

@@ -89,6 +89,15 @@ impl Engine {
                     leader.publish(Ok(f));
                     return;
                 }
+                // Fetched ahead by a prefetch for this read, and not kept (`staging.rs`): this
+                // read's fill, as if it had just come from the origin.
+                if let Some(f) = this.staged.take(id) {
+                    leader.publish(Ok(f.clone()));
+                    if !this.info.passthrough {
+                        this.persist(&key, id, f.data, returning).await;
+                    }
+                    return;
+                }
                 // Held until the chunk is on disk (end of this block); never while waiting for
                 // anything else that needs the budget, so holders cannot wait on each other.
                 let _held = this.budget.hold(range.end - range.start).await;
@@ -114,6 +123,10 @@ impl Engine {
                 drop(leader);
             })
             .await?;
+        if by == ReadBy::Client {
+            // A read that joined a prefetch's staging of this chunk has what was staged.
+            self.staged.take(id);
+        }
         Ok(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false })
     }
 

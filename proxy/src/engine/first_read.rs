@@ -153,8 +153,11 @@ impl Engine {
         match result {
             Ok((meta, f)) => {
                 // A client that joined a prefetch's first read was counted by it (`index.rs`).
+                // One that joined a prefetch's staging of it has what was staged (`staging.rs`).
                 if let (Some(url), Some(etag)) = (joined_url, meta.etag.as_deref()) {
-                    self.index().forget_prefetch(ChunkKey::new(&url, etag, chunk_size, 0).id().0);
+                    let id = ChunkKey::new(&url, etag, chunk_size, 0).id().0;
+                    self.index().forget_prefetch(id);
+                    self.staged.take(id);
                 }
                 Some(Ok((
                     meta,

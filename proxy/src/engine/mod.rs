@@ -44,6 +44,7 @@ mod peers;
 mod prefetch;
 mod rebuild;
 mod recency;
+mod staging;
 mod status;
 mod uploads;
 
@@ -170,6 +171,8 @@ pub struct Engine {
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// Objects clients hinted they will read next, fetched in the background (`prefetch.rs`).
     prefetcher: Arc<Prefetcher>,
+    /// Prefetched chunks the cache would not keep, waiting for their reads (`staging.rs`).
+    staged: staging::Staging,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
@@ -207,6 +210,7 @@ impl Engine {
             stats: Stats::default(),
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
+            staged: staging::Staging::default(),
         })
     }
 

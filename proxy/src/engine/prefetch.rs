@@ -11,8 +11,9 @@
 //!   a bounded window ahead of what they consume, so prefetching evicts only what the reads of
 //!   that window would have evicted anyway. A prefetch is counted for admission as the read it
 //!   makes early, and that read is then not counted again; a chunk the index would not keep (a
-//!   full cache of chunks read more often) is not prefetched: its read fetches it, once, as it
-//!   would have without the hint (`not_kept`, in `dropped`).
+//!   full cache of chunks read more often) is fetched into memory instead (`staging.rs`), where
+//!   its read takes it, or, with no room there, not prefetched: its read fetches it, once, as it
+//!   would have without the hint (counted in `dropped`).
 //! - The hint queue is bounded (`queue`: the oldest hints go first, counted); a URL waiting or
 //!   being fetched is not queued twice.
 //! - How many objects are fetched at once adapts (AIMD, as TCP's window): it starts at `start`
@@ -301,6 +302,7 @@ fn from_cache(outcome: &ChunkOutcome) -> bool {
 impl Engine {
     /// Sets the prefetcher's bounds (before the slot serves).
     pub fn configure_prefetch(&self, cfg: PrefetchConfig) {
+        self.staged.set_capacity(cfg.staging_bytes);
         let mut q = self.prefetcher.queue();
         q.limit = cfg.start;
         q.limit_low = cfg.start;
@@ -384,13 +386,18 @@ impl Engine {
         if self.first_chunk_cached(url, chunk_size) {
             return Ok(Done::Cached);
         }
-        let Some(_room) = self.promise_first_chunk(url, chunk_size) else {
-            return Ok(Done::NotKept);
+        let (meta, mut fetched) = match self.promise_first_chunk(url, chunk_size) {
+            Some(_room) => {
+                let first = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
+                let (meta, outcome) = self.read_first_routed(&first, true, ReadBy::Prefetch).await?;
+                (meta, u64::from(outcome.as_ref().is_some_and(|o| !from_cache(o))))
+            }
+            // Not to be kept: held in memory for its read instead, if there is room.
+            None => match self.stage_first(url, chunk_size).await? {
+                Some(meta) => (meta, 1),
+                None => return Ok(Done::NotKept),
+            },
         };
-        let first = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
-        let (meta, outcome) = self.read_first_routed(&first, true, ReadBy::Prefetch).await?;
-        let mut fetched = u64::from(outcome.as_ref().is_some_and(|o| !from_cache(o)));
-        drop(outcome);
         let (Some(etag), Ok(parsed)) = (meta.etag.clone(), parse_url(url)) else {
             return Ok(if fetched > 0 { Done::Fetched(fetched) } else { Done::Cached });
         };
@@ -407,7 +414,9 @@ impl Engine {
             }
             let len = (meta.size - index * chunk_size).min(chunk_size);
             let Some(_room) = self.promise_room(Some(id), on_disk(&key, len)) else {
-                continue; // its read fetches it, once
+                let range = index * chunk_size..index * chunk_size + len;
+                fetched += u64::from(self.stage_chunk(&parsed, id, range, &etag).await?);
+                continue;
             };
             let req = ChunkRequest {
                 url: url.to_string(),
