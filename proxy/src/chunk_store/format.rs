@@ -92,6 +92,11 @@ pub fn data_offset_for(identity_len: usize) -> u64 {
     round_up(header_len(identity_len) as u64)
 }
 
+/// Bytes on disk of a chunk file of `key` holding `len` bytes: header, data, block rounding.
+pub fn on_disk_len(key: &super::ChunkKey, len: u64) -> u64 {
+    round_up(data_offset_for(key.identity_len()) + len)
+}
+
 /// `n` rounded up to a multiple of [`ALIGN`] (saturating near `u64::MAX`).
 pub fn round_up(n: u64) -> u64 {
     n.div_ceil(ALIGN).saturating_mul(ALIGN)

@@ -13,7 +13,7 @@ use memarts_protocol::{ChunkRequest, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
 use super::first_read::first_flight;
 use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, ReadBy, INLINE_MAX};
-use crate::chunk_store::format::{data_offset_for, round_up};
+use crate::chunk_store::format::{on_disk_len, round_up};
 use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
 
 impl Engine {
@@ -110,9 +110,7 @@ impl Engine {
                     returning = this.count_read(id, by);
                 }
                 let fetched = this.origin.get_range(&url, range, &key.etag).await;
-                let fetched = fetched
-                    .map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data })
-                    .map_err(WireError::from);
+                let fetched = fetched.map(Fetched::of).map_err(WireError::from);
                 leader.publish(fetched.clone());
                 if let Ok(f) = fetched {
                     this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
@@ -203,7 +201,7 @@ impl Engine {
     /// what it would push out) is not written and pushes nothing out: its readers were served.
     /// `returning`: whether the read that fetched it was a re-read (`ChunkIndex::record_read`).
     pub(super) async fn persist(&self, key: &ChunkKey, id: u128, data: Bytes, returning: bool) {
-        let need = round_up(data_offset_for(key.identity_len()) + data.len() as u64);
+        let need = on_disk_len(key, data.len() as u64);
         let Some(victims) = self.index().admit(id, need, returning) else {
             self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
             return;

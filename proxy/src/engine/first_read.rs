@@ -102,6 +102,20 @@ impl Engine {
             && !self.index().has_placement(placement)
     }
 
+    /// Metadata and chunk 0 of `url` in one ranged GET, if they can be cached: an empty object or
+    /// one without an ETag is an error, for the caller to take the usual way (a HEAD first).
+    pub(super) async fn get_first_cacheable(
+        &self,
+        url: &ObjectUrl,
+        chunk_size: u64,
+    ) -> Result<(ObjectMeta, Fetched), WireError> {
+        let (meta, data) = self.origin.get_first(url, chunk_size).await?;
+        match meta.etag.as_deref() {
+            Some(etag) if !etag.is_empty() && meta.size > 0 => Ok((meta, Fetched::of(data))),
+            _ => Err(WireError::new(ErrorCode::OriginError, "empty, or no ETag: ask with HEAD")),
+        }
+    }
+
     /// A first read of a cold object in one ranged GET. Concurrent cold first reads of one object
     /// share that GET. `None`: the GET did not work out (an empty object, an origin without ETags, a
     /// transient failure): the caller takes the usual way, with its retries.
@@ -125,13 +139,7 @@ impl Engine {
                     return;
                 }
                 let _held = this.budget.hold(chunk_size).await;
-                let got = this.origin.get_first(&url, chunk_size).await.map_err(WireError::from);
-                let got = got.and_then(|(meta, data)| match meta.etag.as_deref() {
-                    Some(etag) if !etag.is_empty() && meta.size > 0 => {
-                        Ok((meta, Fetched { crc32c: memarts_protocol::crc32c(&data), data }))
-                    }
-                    _ => Err(WireError::new(ErrorCode::OriginError, "empty, or no ETag: ask with HEAD")),
-                });
+                let got = this.get_first_cacheable(&url, chunk_size).await;
                 // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
                 // flights, so a read of chunk 0 right after must find it there, not fetch it again.
                 // Kept or not as any fill is (`persist`: the same admission), and counted as a read.

@@ -89,6 +89,13 @@ pub struct Fetched {
     pub crc32c: u32,
 }
 
+impl Fetched {
+    /// Bytes from the origin, with the checksum every later read of them is checked against.
+    pub fn of(data: Bytes) -> Fetched {
+        Fetched { crc32c: memarts_protocol::crc32c(&data), data }
+    }
+}
+
 /// An open file whose `len` bytes at `data_offset` the client reads itself (its descriptor is
 /// passed): a large hit, or a large memarts-only object. The header was verified; the client checks
 /// the data against `crc32c`.

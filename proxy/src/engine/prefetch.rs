@@ -35,7 +35,7 @@ use memarts_protocol::{
 use tokio::sync::Notify;
 
 use super::{bad_request, parse_url, ChunkOutcome, Engine, ReadBy};
-use crate::chunk_store::format::{data_offset_for, round_up};
+use crate::chunk_store::format::on_disk_len;
 use crate::chunk_store::ChunkKey;
 use crate::config::PrefetchConfig;
 
@@ -287,11 +287,6 @@ impl Drop for PromisedRoom<'_> {
     }
 }
 
-/// Bytes on disk of the chunk `key` of `len` bytes (its header, and the block rounding).
-fn on_disk(key: &ChunkKey, len: u64) -> u64 {
-    round_up(data_offset_for(key.identity_len()) + len)
-}
-
 fn from_cache(outcome: &ChunkOutcome) -> bool {
     match outcome {
         ChunkOutcome::Fd(_) => true,
@@ -371,7 +366,7 @@ impl Engine {
         let etag = known.as_ref().and_then(|m| m.etag.as_deref());
         let key = ChunkKey::new(&parsed, etag.unwrap_or_default(), chunk_size, 0);
         let len = known.as_ref().map_or(chunk_size, |m| m.size.min(chunk_size));
-        self.promise_room(etag.map(|_| key.id().0), on_disk(&key, len))
+        self.promise_room(etag.map(|_| key.id().0), on_disk_len(&key, len))
     }
 
     /// Room for a chunk a prefetch is about to fetch (`ChunkIndex::promise`), held until dropped.
@@ -413,7 +408,7 @@ impl Engine {
                 continue;
             }
             let len = (meta.size - index * chunk_size).min(chunk_size);
-            let Some(_room) = self.promise_room(Some(id), on_disk(&key, len)) else {
+            let Some(_room) = self.promise_room(Some(id), on_disk_len(&key, len)) else {
                 let range = index * chunk_size..index * chunk_size + len;
                 fetched += u64::from(self.stage_chunk(&parsed, id, range, &etag).await?);
                 continue;

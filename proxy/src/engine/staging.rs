@@ -124,9 +124,8 @@ impl Engine {
                 id,
                 move |leader| async move {
                     let _held = this.budget.hold(len).await;
-                    let fetched = this.origin.get_range(&url, range, &etag).await.map_err(WireError::from);
-                    let fetched =
-                        fetched.map(|data| Fetched { crc32c: memarts_protocol::crc32c(&data), data });
+                    let fetched = this.origin.get_range(&url, range, &etag).await;
+                    let fetched = fetched.map(Fetched::of).map_err(WireError::from);
                     match &fetched {
                         Ok(f) => {
                             this.stats.bytes_from_origin.fetch_add(len, Ordering::Relaxed);
@@ -172,15 +171,7 @@ impl Engine {
                 first_flight(&parsed, chunk_size),
                 move |leader| async move {
                     let _held = this.budget.hold(chunk_size).await;
-                    let got = this.origin.get_first(&parsed, chunk_size).await.map_err(WireError::from);
-                    let got = got.and_then(|(meta, data)| match meta.etag.as_deref() {
-                        Some(etag) if !etag.is_empty() && meta.size > 0 => {
-                            Ok((meta, Fetched { crc32c: memarts_protocol::crc32c(&data), data }))
-                        }
-                        _ => {
-                            Err(WireError::new(ErrorCode::OriginError, "empty, or no ETag: nothing to stage"))
-                        }
-                    });
+                    let got = this.get_first_cacheable(&parsed, chunk_size).await;
                     match &got {
                         Ok((meta, f)) => {
                             this.meta.put(parsed.to_string(), meta.clone());
