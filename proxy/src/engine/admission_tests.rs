@@ -98,7 +98,7 @@ fn shuffled_epochs_over_twice_the_cache_keep_half_of_it_resident() {
 
 /// Per epoch of a loop with a prefetch `ahead` reads ahead of the reads (as `MapDataset.sampler()`
 /// hints): hits, and fetches from the origin. A prefetch does what the engine's does: nothing for
-/// a cached chunk (it is marked recently used), nothing for one the index would not keep (its
+/// a cached chunk (it is marked recently used and awaited), nothing for one the index would not keep (its
 /// version unknown in the first epoch, as with no metadata yet), else a counted read and a fill.
 /// Panics if a chunk is fetched twice in one epoch or if a fill the dry run allowed is refused.
 fn epochs_with_prefetch(
@@ -127,7 +127,7 @@ fn epochs_with_prefetch(
                 };
                 for &j in hinted {
                     let hint = id(1, j);
-                    if index.touch(hint) {
+                    if index.hint(hint) {
                         continue;
                     }
                     if let Some(promised) = index.promise((epoch > 0).then_some(hint), CHUNK) {
@@ -179,6 +179,107 @@ fn prefetched_chunks_are_counted_once_never_fetched_twice_and_keep_the_bar() {
             );
         }
     }
+}
+
+/// An epoch hinted whole before it is read (in order, or shuffled as a sampler shuffles it), as the engine serves
+/// it: a cached chunk is awaited, one the index would keep is fetched and kept, one it would not
+/// is fetched into memory (staged) and offered to the index again when its read takes it. Per
+/// epoch: (cached when hinted, fetched ahead, fetched during the reads).
+fn epochs_hinted_whole(
+    index: &mut ChunkIndex,
+    chunks: u64,
+    epochs: usize,
+    shuffle: Option<u64>,
+) -> Vec<(u64, u64, u64)> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(shuffle.unwrap_or(0));
+    let mut order: Vec<u64> = (0..chunks).collect();
+    (0..epochs)
+        .map(|epoch| {
+            if shuffle.is_some() {
+                order.shuffle(&mut rng);
+            }
+            let mut staged = std::collections::HashSet::new();
+            let (mut ahead, mut during, mut cached) = (0, 0, 0);
+            for &i in &order {
+                let hint = id(1, i);
+                if index.hint(hint) {
+                    cached += 1;
+                    continue;
+                }
+                ahead += 1;
+                let promised = index.promise((epoch > 0).then_some(hint), CHUNK);
+                let returning = index.record_prefetch(hint);
+                match promised {
+                    Some(promised) => {
+                        assert!(index.admit(hint, CHUNK, returning).is_some(), "the dry run said kept");
+                        index.release(promised);
+                    }
+                    None => assert!(staged.insert(hint)),
+                }
+            }
+            for &i in &order {
+                let chunk = id(1, i);
+                let returning = index.record_read(chunk);
+                if !index.touch(chunk) {
+                    during += u64::from(!staged.remove(&chunk));
+                    index.admit(chunk, CHUNK, returning);
+                }
+            }
+            (cached, ahead, during)
+        })
+        .collect()
+}
+
+/// A prefetch never pushes out what it was told is about to be read: epochs hinted whole before
+/// they are read, over a dataset twice the cache, make no fetch while they read (each chunk is
+/// cached or was staged for its read), and from the second one keep the bar.
+#[test]
+fn chunks_a_prefetch_announced_are_nobodys_victims_until_read() {
+    for shuffle in [None, Some(5)] {
+        let got = epochs_hinted_whole(&mut index(Eviction::TinyLfu), 2 * CACHED, 6, shuffle);
+        println!("shuffle {shuffle:?}, (cached, ahead, during) per epoch of {}: {got:?}", 2 * CACHED);
+        for (e, &(cached, ahead, during)) in got.iter().enumerate() {
+            assert_eq!(during, 0, "epoch {}: {got:?}", e + 1);
+            assert_eq!(cached + ahead, 2 * CACHED, "epoch {}: {got:?}", e + 1);
+            if e > 0 {
+                assert!(cached >= BAR, "epoch {}: {cached} cached: {got:?}", e + 1);
+            }
+        }
+    }
+}
+
+/// What an awaited chunk is kept from: a fill that outweighs it. A cache full of chunks read
+/// once, all hinted, then a chunk read often: it finds no victim (it is served, or staged, and
+/// not kept), and once the hints are older than the index waits for their reads, it does.
+#[test]
+fn a_fill_that_outweighs_cached_chunks_spares_those_awaited() {
+    let mut index = index(Eviction::TinyLfu);
+    for i in 0..CACHED {
+        read(&mut index, id(1, i), CHUNK);
+    }
+    assert_eq!(index.len() as u64, CACHED);
+    let hot = id(2, 0);
+    for _ in 0..5 {
+        index.record_read(hot);
+    }
+    for i in 0..CACHED {
+        assert!(index.hint(id(1, i)), "chunk {i} is cached");
+    }
+    let returning = index.record_read(hot);
+    assert!(index.promise(Some(hot), CHUNK).is_none(), "the dry run found room");
+    assert!(index.admit(hot, CHUNK, returning).is_none(), "an awaited chunk made room");
+    // One read comes: its chunk is no longer awaited, and is the victim.
+    read(&mut index, id(1, 0), CHUNK);
+    assert_eq!(index.admit(hot, CHUNK, returning), Some(vec![(id(1, 0), CHUNK)]));
+    // Hints whose reads never came stop holding their chunks.
+    index.set_awaited_for(std::time::Duration::ZERO);
+    let hotter = id(2, 1);
+    for _ in 0..6 {
+        index.record_read(hotter);
+    }
+    let returning = index.record_read(hotter);
+    let victims = index.admit(hotter, CHUNK, returning).expect("kept once hints expire");
+    assert_eq!(victims, vec![(id(1, 1), CHUNK)]);
 }
 
 #[test]

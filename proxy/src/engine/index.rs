@@ -18,11 +18,15 @@
 //! then ([`ChunkIndex::record_prefetch`]), and the client's read of the chunk, when it comes, is
 //! not counted again. Before it fetches, a prefetch asks whether the chunk would be kept
 //! ([`ChunkIndex::promise`]); if not, it leaves the chunk to the client's read, which fetches
-//! it once, rather than fetch it for nothing and have the read fetch it again.
+//! it once, rather than fetch it for nothing and have the read fetch it again. A chunk a prefetch
+//! read or found cached ([`ChunkIndex::hint`]) is awaited: until its read comes (or for
+//! [`AWAITED_FOR`], a hint never followed by its read), it is nobody's victim, so that a prefetch
+//! never pushes out a chunk it was told is about to be read.
 //! - `lru`: every fetched chunk is kept and the least recently used ones make room (the policy of
 //!   earlier versions, and the reference of the benchmark).
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use lru::LruCache;
 pub use memarts_settings::Eviction;
@@ -38,6 +42,18 @@ const TYPICAL_CHUNK_BYTES: u64 = (1 << 20) + 4096;
 /// queue's worth of hints, four times over: a hint never read costs one entry, until it is pushed
 /// out).
 const PREFETCHED_MAX: usize = 16 << 10;
+
+/// How long a chunk a prefetch read or found cached is kept from eviction while its read does not
+/// come (as long as a staged chunk waits for its read, `staging.rs`).
+pub const AWAITED_FOR: Duration = Duration::from_secs(60);
+
+/// A chunk whose read a prefetch announced: since when, and whether the prefetch counted that read
+/// (it fetched the chunk) or not (it found it cached).
+#[derive(Clone, Copy)]
+struct Awaited {
+    since: Instant,
+    counted: bool,
+}
 
 /// A cached chunk: its bytes on disk, and the read clock's time when it was last read (or
 /// indexed), exact, unlike the clock's own table: a victim that looked recently read because it
@@ -64,8 +80,10 @@ pub struct ChunkIndex {
     /// Whether the sketch is sized from the chunks' real size (else from a guess, until the first
     /// chunk is indexed under a known capacity).
     sized: bool,
-    /// Chunks a prefetch read (and counted) whose client read has not come yet.
-    prefetched: LruCache<u128, ()>,
+    /// Chunks a prefetch read (and counted) or found cached whose client read has not come yet.
+    prefetched: LruCache<u128, Awaited>,
+    /// How long an awaited chunk is kept from eviction ([`AWAITED_FOR`]; shorter in tests).
+    awaited_for: Duration,
     /// Bytes promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet.
     promised: u64,
 }
@@ -94,6 +112,7 @@ impl ChunkIndex {
             clock,
             sized: false,
             prefetched: LruCache::new(std::num::NonZeroUsize::new(PREFETCHED_MAX).expect("non-zero")),
+            awaited_for: AWAITED_FOR,
             promised: 0,
         }
     }
@@ -156,7 +175,7 @@ impl ChunkIndex {
         if self.policy != Eviction::TinyLfu {
             return false;
         }
-        if self.prefetched.pop(&id).is_some() {
+        if self.prefetched.pop(&id).is_some_and(|a| a.counted) {
             return self.clock.knows(id);
         }
         self.sketch.record(id);
@@ -164,13 +183,37 @@ impl ChunkIndex {
     }
 
     /// [`ChunkIndex::record_read`] of a read a prefetch makes for a client: counted now, and the
-    /// client's own read of `id` is not counted when it comes.
+    /// client's own read of `id` is not counted when it comes. Awaited until then.
     pub fn record_prefetch(&mut self, id: u128) -> bool {
         let returning = self.record_read(id);
         if self.policy == Eviction::TinyLfu {
-            self.prefetched.put(id, ());
+            self.prefetched.put(id, Awaited { since: Instant::now(), counted: true });
         }
         returning
+    }
+
+    /// A prefetch found `id` cached: it is marked recently used and awaited (nobody's victim) until
+    /// its read comes, which is counted then. False if it is not cached.
+    pub fn hint(&mut self, id: u128) -> bool {
+        if !self.touch(id) {
+            return false;
+        }
+        if self.policy == Eviction::TinyLfu {
+            let counted = self.prefetched.peek(&id).is_some_and(|a| a.counted);
+            self.prefetched.put(id, Awaited { since: Instant::now(), counted });
+        }
+        true
+    }
+
+    /// Whether `id` is awaited: a prefetch announced its read, which has not come, lately.
+    fn awaited(&self, id: u128) -> bool {
+        self.prefetched.peek(&id).is_some_and(|a| a.since.elapsed() < self.awaited_for)
+    }
+
+    /// How long an awaited chunk is kept from eviction (tests shorten [`AWAITED_FOR`]).
+    #[cfg(test)]
+    pub fn set_awaited_for(&mut self, d: Duration) {
+        self.awaited_for = d;
     }
 
     /// A client's read of `id` that a prefetch counted came (it joined the prefetch's fetch).
@@ -294,7 +337,8 @@ impl ChunkIndex {
     }
 
     /// The least recently used chunks that make room for `bytes` of `id` under the TinyLFU policy
-    /// and a known capacity, if it outweighs each of them (`None`: it is not to be kept).
+    /// and a known capacity, if it outweighs each of them (`None`: it is not to be kept). Awaited
+    /// chunks are passed over: their reads are about to come.
     fn victims_for(
         &self,
         id: Option<u128>,
@@ -314,7 +358,7 @@ impl ChunkIndex {
             if over == 0 {
                 break;
             }
-            if Some(victim) == id {
+            if Some(victim) == id || self.awaited(victim) {
                 continue;
             }
             let idle = self.clock.since(read_at);
@@ -324,7 +368,8 @@ impl ChunkIndex {
             victims.push((victim, size));
             over = over.saturating_sub(size);
         }
-        Some(victims)
+        // Short of room only when awaited chunks fill the rest.
+        (over == 0).then_some(victims)
     }
 
     /// Whether a fetched chunk read `candidate` times lately before this read (`returning`: its

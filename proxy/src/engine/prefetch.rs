@@ -346,8 +346,8 @@ impl Engine {
         Ok(queued)
     }
 
-    /// Whether the current version of `url` is known and its chunk 0 indexed (then marked recently
-    /// used: its read is near). No origin request.
+    /// Whether the current version of `url` is known and its chunk 0 indexed (then awaited, as
+    /// `ChunkIndex::hint` says: its read is near). No origin request.
     fn first_chunk_cached(&self, url: &str, chunk_size: u64) -> bool {
         let Some(meta) = self.meta.get(url) else { return false };
         if meta.size == 0 {
@@ -355,7 +355,7 @@ impl Engine {
         }
         let (Some(etag), Ok(parsed)) = (meta.etag.as_deref(), parse_url(url)) else { return false };
         let id = ChunkKey::new(&parsed, etag, chunk_size, 0).id().0;
-        self.index().touch(id)
+        self.index().hint(id)
     }
 
     /// Room promised for chunk 0 of `url` if the index would keep it were it fetched now: of the
@@ -404,7 +404,7 @@ impl Engine {
             }
             let key = ChunkKey::new(&parsed, &etag, chunk_size, index);
             let id = key.id().0;
-            if self.index().touch(id) {
+            if self.index().hint(id) {
                 continue;
             }
             let len = (meta.size - index * chunk_size).min(chunk_size);
