@@ -38,8 +38,9 @@ deps-build:
 
 # Everything the tests need beyond Rust: etcd, strace and fuse3 (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
-# DataLoader and checkpoint tests. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
-PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch
+# DataLoader and checkpoint tests, and prometheus_client, whose OpenMetrics parser reads what the
+# metrics endpoint serves. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
+PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch prometheus_client
 deps-test: deps-build
 	@command -v etcd >/dev/null || { echo "installing etcd (the etcd membership tests run a real one on loopback)"; \
 		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
@@ -47,7 +48,7 @@ deps-test: deps-build
 		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
 	@command -v fusermount3 >/dev/null || { echo "installing fuse3 (fusermount3: the memarts mount tests mount and unmount real FUSE file systems)"; \
 		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null || { echo "cannot install fuse3: install it (apt-get install fuse3)" >&2; exit 1; }; }
-	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch" 2>/dev/null || \
+	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch, prometheus_client" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
 # Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes; they

@@ -80,6 +80,7 @@ fn check_request(request: &Request) {
         | Request::ClusterStatus
         | Request::PrefetchStatus
         | Request::AdmissionStatus
+        | Request::Metrics
         | Request::PutData
         | Request::PutFinish { .. } => {}
     }

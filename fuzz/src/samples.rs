@@ -66,6 +66,7 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::PrefetchStatus,
         Request::AdmissionStatus,
+        Request::Metrics,
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -126,6 +127,32 @@ pub fn responses() -> Vec<Response> {
             ..Default::default()
         }),
         Response::AdmissionStatus(AdmissionStatus { eviction: "tinylfu".into(), rejected_chunks: 12 }),
+        Response::Metrics(memarts_protocol::MetricsSnapshot {
+            families: vec![
+                memarts_protocol::MetricFamily {
+                    name: "hits".into(),
+                    help: "Chunks served from the cache".into(),
+                    kind: memarts_protocol::MetricKind::Counter,
+                    points: vec![memarts_protocol::MetricPoint {
+                        labels: vec![],
+                        value: memarts_protocol::MetricValue::Number(12.0),
+                    }],
+                },
+                memarts_protocol::MetricFamily {
+                    name: "read_seconds".into(),
+                    help: "Time to answer a chunk read".into(),
+                    kind: memarts_protocol::MetricKind::Histogram,
+                    points: vec![memarts_protocol::MetricPoint {
+                        labels: vec![("source".into(), "cache".into())],
+                        value: memarts_protocol::MetricValue::Histogram {
+                            sum: 0.5,
+                            count: 3,
+                            buckets: vec![(0.001, 2), (f64::INFINITY, 1)],
+                        },
+                    }],
+                },
+            ],
+        }),
     ]
 }
 

@@ -221,6 +221,11 @@ pub struct StartArgs {
     /// what it would push out) or lru [env: MEMARTS_EVICTION] [default: tinylfu]
     #[arg(long)]
     pub eviction: Option<String>,
+    /// Serve the node's metrics for Prometheus at http://HOST:PORT/metrics (one slot serves them
+    /// for the whole fleet, each labelled with its slot) [env: MEMARTS_METRICS_ADDRESS]
+    /// [config: metrics_address] [default: not served]
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_address: Option<String>,
     /// Seconds a stat result is trusted before the ETag is revalidated [config: meta_ttl_secs]
     /// [default: 60]
     #[arg(long)]

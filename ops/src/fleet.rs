@@ -40,6 +40,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(policy) = &args.eviction {
         cfg.eviction = policy.clone();
     }
+    if args.metrics_address.is_some() {
+        cfg.metrics_address = args.metrics_address.clone();
+    }
     if let Some(ttl) = args.meta_ttl {
         cfg.meta_ttl_secs = ttl;
     }
@@ -152,6 +155,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         cfg.cache_dir.display(),
         cfg.capacity.map_or_else(|| "80% of free space".to_string(), format_size),
     );
+    if let Some(address) = &cfg.metrics_address {
+        println!("memarts: metrics for Prometheus at http://{address}/metrics");
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -20,6 +20,7 @@ pub mod checksum;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod metrics;
 pub mod peer;
 pub mod spin;
 
@@ -27,6 +28,7 @@ pub use checksum::{crc32c, Crc32c};
 pub use error::{ErrorCode, FrameError, WireError};
 pub use frame::{FrameHead, Limits, FRAME_HEAD_LEN};
 pub use message::*;
+pub use metrics::{MetricFamily, MetricKind, MetricPoint, MetricValue, MetricsSnapshot};
 
 /// The protocol version this build speaks. Bumped only for changes an older peer cannot decode.
 pub const PROTOCOL_VERSION: u32 = 1;

@@ -218,6 +218,9 @@ pub enum Request {
     /// What the slot's eviction policy did: answered with `AdmissionStatus`. (Proxies before it
     /// answer `BadRequest` and close the connection: ask it on its own, or last.)
     AdmissionStatus,
+    /// Every metric of the slot: answered with `Metrics` (for the node's Prometheus endpoint, which
+    /// one slot serves for all). Proxies before it answer `BadRequest` and close the connection.
+    Metrics,
 }
 
 /// Most URLs one `Prefetch` may carry.
@@ -306,6 +309,7 @@ pub enum Response {
     },
     PrefetchStatus(PrefetchStatus),
     AdmissionStatus(AdmissionStatus),
+    Metrics(crate::metrics::MetricsSnapshot),
 }
 
 #[cfg(test)]

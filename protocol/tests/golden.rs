@@ -157,3 +157,10 @@ fn admission_status_is_appended_after_the_prefetch_variants() {
     let resp = Response::AdmissionStatus(AdmissionStatus { eviction: "lru".into(), rejected_chunks: 300 });
     assert_eq!(&frame_of(&resp)[8..], &[15, 3, b'l', b'r', b'u', 0xac, 0x02]);
 }
+
+#[test]
+fn metrics_is_appended_after_admission_status() {
+    assert_eq!(&frame_of(&Request::Metrics)[8..], &[17]);
+    let resp = Response::Metrics(memarts_protocol::MetricsSnapshot::default());
+    assert_eq!(&frame_of(&resp)[8..], &[16, 0]);
+}

@@ -90,6 +90,9 @@ pub struct FleetConfig {
     pub cluster: Option<crate::cluster::ClusterSettings>,
     /// How a slot fetches the objects clients hint they will read next (`Request::Prefetch`).
     pub prefetch: PrefetchConfig,
+    /// `HOST:PORT` where one slot of the fleet serves the node's metrics for Prometheus at
+    /// `/metrics` (`--metrics-address`, `MEMARTS_METRICS_ADDRESS`); `None`: not served.
+    pub metrics_address: Option<String>,
 }
 
 /// How to reach the origin and how hard to try.
@@ -164,6 +167,7 @@ impl Default for FleetConfig {
             origin: OriginConfig::default(),
             cluster: None,
             prefetch: PrefetchConfig::default(),
+            metrics_address: None,
         }
     }
 }
@@ -200,6 +204,9 @@ impl FleetConfig {
             self.origin.credentials_file = env.credentials_file.clone();
         }
         set(&mut self.origin.allow_http, &env.allow_http);
+        if env.metrics_address.is_some() {
+            self.metrics_address = env.metrics_address.clone();
+        }
         if env.cluster.is_some()
             || env.node_id.is_some()
             || env.peer_address.is_some()
@@ -243,6 +250,11 @@ impl FleetConfig {
                     value: None,
                     expected: "this node's id (--node, MEMARTS_NODE_ID)",
                 });
+            }
+        }
+        if let Some(addr) = &self.metrics_address {
+            if std::net::ToSocketAddrs::to_socket_addrs(addr.as_str()).is_err() {
+                return Err(ConfigError::invalid("metrics_address", "HOST:PORT, e.g. 127.0.0.1:9464", addr));
             }
         }
         if let Some(root) = self.local_roots.iter().find(|r| !r.is_absolute()) {

@@ -15,6 +15,7 @@
 //!   request-sized deadlines and retries.
 //! - [`config`], [`lifecycle`]: configuration (the environment's part parsed by `memarts_settings`),
 //!   run dir / pid lock / readiness.
+//! - [`metrics`]: the node's Prometheus endpoint, served by one slot for the fleet.
 //! - [`budget`]: the slot-wide cap on bytes held in memory for clients (upload payloads, fills).
 //! - [`StartError`] (in `start_error.rs`): why a slot could not be built or started.
 //!
@@ -31,6 +32,7 @@ pub mod embedded;
 pub mod engine;
 pub mod lifecycle;
 pub mod memarts_only;
+pub mod metrics;
 pub mod origin;
 pub mod server;
 mod start_error;

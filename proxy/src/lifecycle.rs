@@ -220,6 +220,10 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
                 shutdown.clone(),
             ));
         }
+        if let Some(address) = cfg.metrics_address.clone() {
+            let cfg = std::sync::Arc::new(cfg.clone());
+            tokio::spawn(crate::metrics::serve(cfg, slot, engine.clone(), address, shutdown.clone()));
+        }
         if let Err(e) = watch_signals(shutdown.clone(), socket.clone()) {
             return fail(StartError::Signals(e));
         }

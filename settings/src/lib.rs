@@ -93,6 +93,7 @@ vars! {
     "MEMARTS_NODE_ID", Fleet, "this node's id in the cluster file (or in etcd)";
     "MEMARTS_PEER_ADDRESS", Fleet, "this node's peer address HOST:PORT (etcd membership; slot k listens on PORT+k)";
     "MEMARTS_PEER_LISTEN", Fleet, "where this node's slots bind HOST:PORT, when peers dial another address (NAT, 0.0.0.0)";
+    "MEMARTS_METRICS_ADDRESS", Fleet, "HOST:PORT where one slot serves the node's Prometheus metrics at /metrics";
     "MEMARTS_CONFIG", Cli, "a TOML config file with any fleet setting";
     "MEMARTS_PROXY_BIN", Cli, "the memarts-proxy binary start_proxy runs (default: next to memarts, else on PATH)";
     "XDG_RUNTIME_DIR", Client, "where the default run dir goes ($XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>)";
@@ -136,6 +137,7 @@ pub struct Settings {
     pub node_id: Option<String>,
     pub peer_address: Option<String>,
     pub peer_listen: Option<String>,
+    pub metrics_address: Option<String>,
     pub config: Option<PathBuf>,
     pub proxy_bin: Option<PathBuf>,
     /// The run dir and cache dir when nothing else says (from the XDG variables).
@@ -188,6 +190,7 @@ impl Settings {
             node_id: env.opt("MEMARTS_NODE_ID", parse::text)?,
             peer_address: env.opt("MEMARTS_PEER_ADDRESS", parse::text)?,
             peer_listen: env.opt("MEMARTS_PEER_LISTEN", parse::text)?,
+            metrics_address: env.opt("MEMARTS_METRICS_ADDRESS", parse::text)?,
             config: env.opt("MEMARTS_CONFIG", parse::path)?,
             proxy_bin: env.opt("MEMARTS_PROXY_BIN", parse::path)?,
             default_run_dir: defaults::run_dir(&env.0),

@@ -39,6 +39,7 @@ mod herd_tests;
 mod index;
 mod meta;
 mod metadata;
+mod metrics;
 mod open_chunks;
 mod peers;
 mod prefetch;
@@ -60,6 +61,7 @@ use memarts_protocol::{ErrorCode, ListPage, ListRequest, ObjectMeta, ObjectUrl, 
 use crate::budget::MemoryBudget;
 use crate::chunk_store::{CachedChunk, ChunkStore};
 use crate::memarts_only::{OnlyError, OnlyRead, OnlyStore};
+use crate::metrics::LatencyHistogram;
 use crate::origin::Origin;
 pub use flight::Flights;
 pub use index::ChunkIndex;
@@ -121,6 +123,16 @@ pub enum ChunkOutcome {
     Bytes { data: Bytes, crc32c: u32, from_cache: bool },
 }
 
+impl ChunkOutcome {
+    /// Whether the chunk came from the cache.
+    pub fn is_hit(&self) -> bool {
+        match self {
+            ChunkOutcome::Fd(_) => true,
+            ChunkOutcome::Bytes { from_cache, .. } => *from_cache,
+        }
+    }
+}
+
 /// Counters for `memarts status`.
 #[derive(Debug, Default)]
 pub struct Stats {
@@ -137,6 +149,16 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Reads that went on with an expired version because the origin could not be reached.
     pub stale_meta_served: AtomicU64,
+    /// Time to answer a client's chunk read that hit, and one that missed (`server/dispatch.rs`).
+    pub read_hit: LatencyHistogram,
+    pub read_miss: LatencyHistogram,
+}
+
+impl Stats {
+    /// Records a client's chunk read answered in `took`.
+    pub fn observe_read(&self, hit: bool, took: std::time::Duration) {
+        if hit { &self.read_hit } else { &self.read_miss }.observe(took);
+    }
 }
 
 /// Static facts about the slot.

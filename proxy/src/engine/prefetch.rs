@@ -34,7 +34,7 @@ use memarts_protocol::{
 };
 use tokio::sync::Notify;
 
-use super::{bad_request, parse_url, ChunkOutcome, Engine, ReadBy};
+use super::{bad_request, parse_url, Engine, ReadBy};
 use crate::chunk_store::format::on_disk_len;
 use crate::chunk_store::ChunkKey;
 use crate::config::PrefetchConfig;
@@ -287,13 +287,6 @@ impl Drop for PromisedRoom<'_> {
     }
 }
 
-fn from_cache(outcome: &ChunkOutcome) -> bool {
-    match outcome {
-        ChunkOutcome::Fd(_) => true,
-        ChunkOutcome::Bytes { from_cache, .. } => *from_cache,
-    }
-}
-
 impl Engine {
     /// Sets the prefetcher's bounds (before the slot serves).
     pub fn configure_prefetch(&self, cfg: PrefetchConfig) {
@@ -385,7 +378,7 @@ impl Engine {
             Some(_room) => {
                 let first = FirstRequest { url: url.to_string(), chunk_size, refresh: false };
                 let (meta, outcome) = self.read_first_routed(&first, true, ReadBy::Prefetch).await?;
-                (meta, u64::from(outcome.as_ref().is_some_and(|o| !from_cache(o))))
+                (meta, u64::from(outcome.as_ref().is_some_and(|o| !o.is_hit())))
             }
             // Not to be kept: held in memory for its read instead, if there is room.
             None => match self.stage_first(url, chunk_size).await? {
@@ -422,7 +415,7 @@ impl Engine {
                 recheck: false,
             };
             let outcome = self.read_chunk_routed(&req, true, ReadBy::Prefetch).await?;
-            fetched += u64::from(!from_cache(&outcome));
+            fetched += u64::from(!outcome.is_hit());
         }
         Ok(if fetched > 0 { Done::Fetched(fetched) } else { Done::Cached })
     }

@@ -11,6 +11,7 @@
 pub mod credentials;
 mod error;
 pub mod retry;
+mod stats;
 
 #[cfg(test)]
 mod fault_tests;
@@ -19,7 +20,7 @@ pub(crate) mod faulty;
 
 use std::num::NonZeroUsize;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,18 +40,9 @@ use object_store::{
 pub use credentials::FileCredentialProvider;
 pub use error::OriginError;
 use retry::{Label, RetryPolicy};
+pub use stats::{Op, OriginStats};
 
 use crate::config::OriginConfig;
-
-/// Counters the origin keeps for `memarts status`.
-#[derive(Debug, Default)]
-pub struct OriginStats {
-    pub requests: AtomicU64,
-    pub retries: AtomicU64,
-    pub bytes: AtomicU64,
-    /// Attempts the origin answered with 503 SlowDown or 429 (see [`OriginError::is_throttle`]).
-    pub throttled: AtomicU64,
-}
 
 /// S3 clients kept, one per bucket, the least recently used dropped first. Bucket names come from
 /// clients and each client costs about 100 KiB and an idle connection to the endpoint: without a
@@ -230,9 +222,10 @@ impl Origin {
                 Label { op: "HEAD", target: url },
                 0,
                 || self.count_retry(),
-                || async {
-                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    store.head(&path).await.map_err(|e| self.classify(e, url))
+                || {
+                    self.request(Op::Head, async {
+                        store.head(&path).await.map_err(|e| self.classify(e, url))
+                    })
                 },
             )
             .await?;
@@ -263,21 +256,22 @@ impl Origin {
                 Label { op: "GET", target: &target },
                 want,
                 || self.count_retry(),
-                || async {
-                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    let opts = GetOptions {
-                        if_match: Some(etag.to_string()),
-                        range: Some(GetRange::Bounded(range.clone())),
-                        ..GetOptions::default()
-                    };
-                    let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
-                    if let Some(got) = res.meta.e_tag.as_deref() {
-                        // Servers that ignore If-Match still report the version they served.
-                        if got != etag {
-                            return Err(OriginError::Stale(format!("{url} (ETag {got}, not {etag})")));
+                || {
+                    self.request(Op::Get, async {
+                        let opts = GetOptions {
+                            if_match: Some(etag.to_string()),
+                            range: Some(GetRange::Bounded(range.clone())),
+                            ..GetOptions::default()
+                        };
+                        let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
+                        if let Some(got) = res.meta.e_tag.as_deref() {
+                            // Servers that ignore If-Match still report the version they served.
+                            if got != etag {
+                                return Err(OriginError::Stale(format!("{url} (ETag {got}, not {etag})")));
+                            }
                         }
-                    }
-                    self.exact_body(url, res, range.clone()).await
+                        self.exact_body(url, res, range.clone()).await
+                    })
                 },
             )
             .await
@@ -323,13 +317,14 @@ impl Origin {
             Label { op: "GET", target: &target },
             len,
             || self.count_retry(),
-            || async {
-                self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
-                let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
-                let meta = to_meta(&res.meta);
-                let bytes = self.exact_body(url, res, 0..len.min(meta.size)).await?;
-                Ok((meta, bytes))
+            || {
+                self.request(Op::Get, async {
+                    let opts = GetOptions { range: Some(GetRange::Bounded(0..len)), ..GetOptions::default() };
+                    let res = store.get_opts(&path, opts).await.map_err(|e| self.classify(e, url))?;
+                    let meta = to_meta(&res.meta);
+                    let bytes = self.exact_body(url, res, 0..len.min(meta.size)).await?;
+                    Ok((meta, bytes))
+                })
             },
         )
         .await
@@ -358,41 +353,42 @@ impl Origin {
                 Label { op: if req.recursive { "LIST-R" } else { "LIST" }, target: &url },
                 0,
                 || self.count_retry(),
-                || async {
-                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    if req.recursive {
-                        let stream = match &req.start_after {
-                            Some(after) => {
-                                let after = ObjectUrl::parse(after)
-                                    .map_err(|e| OriginError::BadRequest(e.to_string()))?;
-                                store.list_with_offset(prefix.as_ref(), &Self::path_of(&after)?)
+                || {
+                    self.request(Op::List, async {
+                        if req.recursive {
+                            let stream = match &req.start_after {
+                                Some(after) => {
+                                    let after = ObjectUrl::parse(after)
+                                        .map_err(|e| OriginError::BadRequest(e.to_string()))?;
+                                    store.list_with_offset(prefix.as_ref(), &Self::path_of(&after)?)
+                                }
+                                None => store.list(prefix.as_ref()),
+                            };
+                            let metas: Vec<_> =
+                                stream.take_n(max + 1).await.map_err(|e| self.classify(e, &url))?;
+                            Ok(metas.iter().map(|m| entry(entry_url(&m.location), m)).collect())
+                        } else {
+                            let res = store
+                                .list_with_delimiter(prefix.as_ref())
+                                .await
+                                .map_err(|e| self.classify(e, &url))?;
+                            let dirs = res.common_prefixes.iter().map(|p| ListEntry {
+                                url: entry_url(p),
+                                is_dir: true,
+                                size: 0,
+                                etag: None,
+                                last_modified_ms: 0,
+                            });
+                            let files = res.objects.iter().map(|m| entry(entry_url(&m.location), m));
+                            let mut all: Vec<ListEntry> = dirs.chain(files).collect();
+                            all.sort_by(|a, b| a.url.cmp(&b.url));
+                            if let Some(after) = &req.start_after {
+                                all.retain(|e| e.url.as_str() > after.as_str());
                             }
-                            None => store.list(prefix.as_ref()),
-                        };
-                        let metas: Vec<_> =
-                            stream.take_n(max + 1).await.map_err(|e| self.classify(e, &url))?;
-                        Ok(metas.iter().map(|m| entry(entry_url(&m.location), m)).collect())
-                    } else {
-                        let res = store
-                            .list_with_delimiter(prefix.as_ref())
-                            .await
-                            .map_err(|e| self.classify(e, &url))?;
-                        let dirs = res.common_prefixes.iter().map(|p| ListEntry {
-                            url: entry_url(p),
-                            is_dir: true,
-                            size: 0,
-                            etag: None,
-                            last_modified_ms: 0,
-                        });
-                        let files = res.objects.iter().map(|m| entry(entry_url(&m.location), m));
-                        let mut all: Vec<ListEntry> = dirs.chain(files).collect();
-                        all.sort_by(|a, b| a.url.cmp(&b.url));
-                        if let Some(after) = &req.start_after {
-                            all.retain(|e| e.url.as_str() > after.as_str());
+                            all.truncate(max + 1);
+                            Ok(all)
                         }
-                        all.truncate(max + 1);
-                        Ok(all)
-                    }
+                    })
                 },
             )
             .await?;
@@ -414,12 +410,13 @@ impl Origin {
                 Label { op: "DELETE", target: url },
                 0,
                 || self.count_retry(),
-                || async {
-                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    match store.delete(&path).await {
-                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-                        Err(e) => Err(OriginError::from_store(e)),
-                    }
+                || {
+                    self.request(Op::Delete, async {
+                        match store.delete(&path).await {
+                            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                            Err(e) => Err(OriginError::from_store(e)),
+                        }
+                    })
                 },
             )
             .await
@@ -429,8 +426,9 @@ impl Origin {
     pub async fn start_upload(&self, url: &ObjectUrl, part_size: usize) -> Result<Upload, OriginError> {
         let store = self.store_for(url)?;
         let path = Self::path_of(url)?;
-        self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let upload = store.put_multipart(&path).await.map_err(OriginError::from_store)?;
+        let upload = self
+            .request(Op::Put, async { store.put_multipart(&path).await.map_err(OriginError::from_store) });
+        let upload = upload.await?;
         Ok(Upload { writer: WriteMultipart::new_with_chunk_size(upload, part_size), written: 0, store, path })
     }
 
@@ -442,6 +440,19 @@ impl Origin {
             self.stats.throttled.fetch_add(1, Ordering::Relaxed);
         }
         e
+    }
+
+    /// One request to the origin: counted, timed, and its outcome recorded (`stats.rs`).
+    async fn request<T>(
+        &self,
+        op: Op,
+        attempt: impl std::future::Future<Output = Result<T, OriginError>>,
+    ) -> Result<T, OriginError> {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let result = attempt.await;
+        self.stats.record(op, started, result.as_ref().map(|_| ()));
+        result
     }
 
     fn count_retry(&self) {

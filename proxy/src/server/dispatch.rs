@@ -4,6 +4,7 @@
 //! upload in progress).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use memarts_protocol::{
     ChunkRequest, ErrorCode, FirstRequest, Limits, ListRequest, Request, Response, WireError, MAX_BATCH,
@@ -80,6 +81,10 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let status = cx.engine.admission_status();
             cx.answer(Ok(Response::AdmissionStatus(status))).await
         }
+        Request::Metrics => {
+            let metrics = cx.engine.metrics();
+            cx.answer(Ok(Response::Metrics(metrics))).await
+        }
     }
 }
 
@@ -89,16 +94,26 @@ async fn stat(mut cx: Ctx<'_>, url: &str, refresh: bool) -> Result<(), ConnError
 }
 
 async fn read_chunk(mut cx: Ctx<'_>, req: &ChunkRequest) -> Result<(), ConnError> {
+    let started = Instant::now();
     match cx.engine.read_chunk(req).await {
-        Ok(outcome) => send_chunk(cx.stream, cx.settings, outcome, Response::Chunk).await,
+        Ok(outcome) => {
+            let hit = outcome.is_hit();
+            send_chunk(cx.stream, cx.settings, outcome, Response::Chunk).await?;
+            cx.engine.stats.observe_read(hit, started.elapsed());
+            Ok(())
+        }
         Err(e) => cx.answer(Err(e)).await,
     }
 }
 
 async fn read_first(mut cx: Ctx<'_>, req: &FirstRequest) -> Result<(), ConnError> {
+    let started = Instant::now();
     match cx.engine.read_first(req).await {
         Ok((meta, Some(outcome))) => {
-            send_chunk(cx.stream, cx.settings, outcome, |c| Response::First { meta, chunk: Some(c) }).await
+            let hit = outcome.is_hit();
+            send_chunk(cx.stream, cx.settings, outcome, |c| Response::First { meta, chunk: Some(c) }).await?;
+            cx.engine.stats.observe_read(hit, started.elapsed());
+            Ok(())
         }
         Ok((meta, None)) => cx.answer(Ok(Response::First { meta, chunk: None })).await,
         Err(e) => cx.answer(Err(e)).await,
@@ -128,11 +143,13 @@ async fn read_chunks(mut cx: Ctx<'_>, reqs: Vec<ChunkRequest>) -> Result<(), Con
         );
         return cx.answer(Err(WireError::new(ErrorCode::BadRequest, why))).await;
     }
+    let started = Instant::now();
     let outcomes = futures::future::join_all(reqs.iter().map(|r| cx.engine.read_chunk(r))).await;
-    let (mut results, mut fds, mut payload) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut results, mut fds, mut payload, mut hits) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for outcome in outcomes {
         match outcome {
             Ok(o) => {
+                hits.push(o.is_hit());
                 let (reply, fd, data) = chunk_parts(o);
                 results.push(Ok(reply));
                 fds.extend(fd);
@@ -141,7 +158,11 @@ async fn read_chunks(mut cx: Ctx<'_>, reqs: Vec<ChunkRequest>) -> Result<(), Con
             Err(e) => results.push(Err(e)),
         }
     }
-    send_with(cx.stream, cx.settings, &Response::Chunks(results), &fds, &payload).await
+    send_with(cx.stream, cx.settings, &Response::Chunks(results), &fds, &payload).await?;
+    // Each chunk of the batch took as long as the batch: its reply came with the others'.
+    let took = started.elapsed();
+    hits.into_iter().for_each(|hit| cx.engine.stats.observe_read(hit, took));
+    Ok(())
 }
 
 async fn delete(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {

@@ -61,7 +61,8 @@ impl LocalAccess {
             | Request::ReadMemarts { .. }
             | Request::ClusterStatus
             | Request::PrefetchStatus
-            | Request::AdmissionStatus => Vec::new(),
+            | Request::AdmissionStatus
+            | Request::Metrics => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;
