@@ -124,9 +124,15 @@ def fleet(moto_endpoint):
         def wait_cached(n):
             """Waits until at least ``n`` chunks are on disk: a fill is handed to its readers first
             and written after, so a read right after a cold one may still get a chunk from the fill
-            (no second GET, but not a hit either)."""
+            (no second GET, but not a hit either). The index counts a chunk once room is reserved
+            for it, before its file is renamed into place: both are waited for."""
+            chunks = os.path.join(env["MEMARTS_CACHE_DIR"], "v1", "chunks")
+
+            def on_disk():
+                return sum(len(files) for _, _, files in os.walk(chunks))
+
             deadline = time.time() + 20
-            while memarts.stats()["cached_chunks"] < n:
+            while memarts.stats()["cached_chunks"] < n or on_disk() < n:
                 if time.time() > deadline:
                     pytest.fail(f"the cache never held {n} chunks")
                 time.sleep(0.02)
