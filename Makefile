@@ -23,11 +23,12 @@ install: build install-bin
 install-bin:
 	install -d $(DESTDIR)$(PREFIX)/bin
 	install -m 0755 $(BIN_DIR)/memarts $(BIN_DIR)/memarts-proxy $(DESTDIR)$(PREFIX)/bin/
-	@echo "installed $(DESTDIR)$(PREFIX)/bin/memarts and $(DESTDIR)$(PREFIX)/bin/memarts-proxy"
+	install -m 0755 ops/scripts/memarts-recover.sh $(DESTDIR)$(PREFIX)/bin/memarts-recover
+	@echo "installed $(DESTDIR)$(PREFIX)/bin/memarts, memarts-proxy and memarts-recover (the recovery script)"
 	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; *) echo "note: $(PREFIX)/bin is not on PATH: add it, or run $(PREFIX)/bin/memarts";; esac
 
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/memarts $(DESTDIR)$(PREFIX)/bin/memarts-proxy
+	rm -f $(DESTDIR)$(PREFIX)/bin/memarts $(DESTDIR)$(PREFIX)/bin/memarts-proxy $(DESTDIR)$(PREFIX)/bin/memarts-recover
 	-$(PYTHON) -m pip uninstall --quiet --yes memarts
 
 # What building needs beyond Rust: protoc (Debian package protobuf-compiler), which generates the etcd
@@ -36,22 +37,26 @@ deps-build:
 	@command -v protoc >/dev/null || { echo "installing protoc (the etcd client is generated at build time)"; \
 		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || { echo "cannot install protoc: install it (apt-get install protobuf-compiler)" >&2; exit 1; }; }
 
-# Everything the tests need beyond Rust: etcd, strace and fuse3 (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
+# Everything the tests need beyond Rust: etcd, strace, fuse3 and systemd (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
 # DataLoader and checkpoint tests, and prometheus_client, whose OpenMetrics parser reads what the
-# metrics endpoint serves. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
-PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch prometheus_client
+# metrics endpoint serves, and kubernetes-validate, which checks the Kubernetes manifests in ops/
+# against the API's schemas. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
+PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch prometheus_client kubernetes-validate
 deps-test: deps-build
 	@command -v etcd >/dev/null || { echo "installing etcd (the etcd membership tests run a real one on loopback)"; \
 		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
 	@command -v strace >/dev/null || { echo "installing strace (the D1/S1 tests read system call order from it)"; \
 		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
+	@command -v systemd-analyze >/dev/null || { echo "installing systemd (systemd-analyze verify checks the unit in ops/systemd)"; \
+		(apt-get update -qq && apt-get install -y -qq systemd) >/dev/null || { echo "cannot install systemd: install it (apt-get install systemd)" >&2; exit 1; }; }
 	@command -v fusermount3 >/dev/null || { echo "installing fuse3 (fusermount3: the memarts mount tests mount and unmount real FUSE file systems)"; \
 		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null || { echo "cannot install fuse3: install it (apt-get install fuse3)" >&2; exit 1; }; }
-	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch, prometheus_client" 2>/dev/null || \
+	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch, prometheus_client, kubernetes_validate" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
-# Unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes; they
+# The deployment files in ops/ checked by the tools that read them (ops/scripts/check-deploy.sh), then
+# unit, property, golden and end-to-end tests (the e2e tests start moto and real proxy processes; they
 # run a second time on the pread engine, which takes over where containers refuse io_uring), then the
 # Python package built by maturin and its tests, against a real fleet and again with the
 # engine embedded in the test process (USE_MEMARTS=1, no fleet).
@@ -60,6 +65,7 @@ deps-test: deps-build
 IN_TMP = ops/scripts/in-private-tmp.sh
 test: deps-test
 	$(CARGO) build --bins
+	ops/scripts/check-deploy.sh $(CURDIR)/target/debug
 	$(IN_TMP) $(CARGO) test --workspace
 	MEMARTS_IO_ENGINE=pread $(IN_TMP) $(CARGO) test --test e2e
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python

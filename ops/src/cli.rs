@@ -264,6 +264,14 @@ pub struct StartArgs {
     /// Seconds to wait for every slot to report ready
     #[arg(long, default_value_t = 30.0)]
     pub ready_timeout: f64,
+    /// Stay in the foreground and supervise the fleet (for systemd and containers): tell systemd
+    /// when it is ready (Type=notify), start again a slot that dies, stop every slot on SIGTERM or
+    /// `memarts stop_proxy`, and exit with failure if a slot keeps dying
+    #[arg(long)]
+    pub foreground: bool,
+    /// With --foreground: seconds slots drain when the fleet stops, before SIGKILL
+    #[arg(long, default_value_t = 15.0)]
+    pub grace: f64,
 }
 
 #[derive(Args, Debug)]

@@ -158,7 +158,32 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(address) = &cfg.metrics_address {
         println!("memarts: metrics for Prometheus at http://{address}/metrics");
     }
+    if args.foreground {
+        let ready_timeout = Duration::from_secs_f64(args.ready_timeout);
+        return crate::supervise::run(&cfg, &proxy_bin, ready_timeout, Duration::from_secs_f64(args.grace));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Starts slot `slot` of `cfg`'s fleet and waits until it is ready (stopping it if it is not
+/// within `ready_timeout`). Returns its pid.
+pub(crate) fn start_slot(
+    cfg: &FleetConfig,
+    proxy_bin: &Path,
+    slot: u32,
+    ready_timeout: Duration,
+) -> Result<u32> {
+    let (tx, rx) = mpsc::channel();
+    let pid = spawn_slot(cfg, proxy_bin, slot, tx)?;
+    match rx.recv_timeout(ready_timeout) {
+        Ok((_, Ok(r))) if r.ready => Ok(pid),
+        Ok((_, Ok(r))) => bail!("{}", r.error.unwrap_or_default()),
+        Ok((_, Err(e))) => bail!("{e} (see {})", cfg.log_path(slot).display()),
+        Err(_) => {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+            bail!("not ready within {ready_timeout:?} (see {})", cfg.log_path(slot).display())
+        }
+    }
 }
 
 /// Starts slot `slot` of `cfg`'s fleet, detached; its readiness line (or why it has none) arrives on
@@ -217,6 +242,10 @@ pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
         serde_json::from_slice(&text).with_context(|| format!("reading {}", fleet_file.display()))?;
     let proxy_bin = proxy_binary()?;
     let grace = Duration::from_secs_f64(args.grace);
+    // A supervisor (`start_proxy --foreground`) leaves the slots alone while this is held.
+    let lock_path = crate::supervise::restart_lock_path(&run_dir);
+    let _rolling = memarts_proxy::lifecycle::lock_slot(&lock_path)
+        .with_context(|| format!("another restart_proxy runs ({})", lock_path.display()))?;
     let pid_files: std::collections::HashMap<u32, PathBuf> = pid_files(&run_dir)?.into_iter().collect();
     for slot in 0..cfg.slots {
         let slot_started = Instant::now();
@@ -227,23 +256,8 @@ pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
             }
         }
         clean_stale(&run_dir)?;
-        let (tx, rx) = mpsc::channel();
-        let pid = spawn_slot(&cfg, &proxy_bin, slot, tx)?;
-        match rx.recv_timeout(Duration::from_secs_f64(args.ready_timeout)) {
-            Ok((_, Ok(r))) if r.ready => {}
-            Ok((_, Ok(r))) => bail!("slot {slot} did not come back: {}", r.error.unwrap_or_default()),
-            Ok((_, Err(e))) => {
-                bail!("slot {slot} did not come back: {e} (see {})", cfg.log_path(slot).display())
-            }
-            Err(_) => {
-                let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
-                bail!(
-                    "slot {slot} was not ready within {}s (see {})",
-                    args.ready_timeout,
-                    cfg.log_path(slot).display()
-                )
-            }
-        }
+        let pid = start_slot(&cfg, &proxy_bin, slot, Duration::from_secs_f64(args.ready_timeout))
+            .with_context(|| format!("slot {slot} did not come back"))?;
         println!(
             "memarts: slot {slot} restarted in {:.2}s (pid {pid})",
             slot_started.elapsed().as_secs_f64()
@@ -265,6 +279,25 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     check_own_dir(run_dir).with_context(|| format!("run dir {}", run_dir.display()))?;
+    let grace = Duration::from_secs_f64(args.grace);
+    // A supervisor would start again the slots stopped under it: it stops them itself.
+    let supervisor = crate::supervise::supervisor_pid_path(run_dir);
+    if let Probe::Live(pid) = probe(&supervisor) {
+        println!("memarts: asking the supervisor (pid {pid}) to stop the fleet");
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+        if !wait_pid_gone(pid, grace + Duration::from_secs(10)) {
+            eprintln!("memarts: the supervisor (pid {pid}) did not exit; stopping the slots");
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+    println!("memarts: {}", stop_fleet(&cfg, grace)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stops every slot of the fleet in `cfg.run_dir` (SIGTERM; SIGKILL for those still draining after
+/// `grace`) and removes what they leave; says what it did.
+pub(crate) fn stop_fleet(cfg: &FleetConfig, grace: Duration) -> Result<String> {
+    let run_dir = &cfg.run_dir;
     let cleaned = clean_stale(run_dir)?;
     let live = live_slots(run_dir)?;
     for (_, pid, _) in &live {
@@ -274,7 +307,6 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
     for pid in &orphans {
         let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
     }
-    let grace = Duration::from_secs_f64(args.grace);
     kill_survivors(&live, grace);
     for pid in &orphans {
         if wait_pid_gone(*pid, grace) {
@@ -284,13 +316,12 @@ pub fn stop(common: &Common, args: &StopArgs) -> Result<ExitCode> {
     }
     clean_stale(run_dir)?;
     let _ = std::fs::remove_file(cfg.fleet_file());
-    println!(
-        "memarts: stopped {} proxies{}{}",
+    Ok(format!(
+        "stopped {} proxies{}{}",
         live.len(),
         if orphans.is_empty() { String::new() } else { format!(", {} orphaned", orphans.len()) },
         if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files of dead proxies") },
-    );
-    Ok(ExitCode::SUCCESS)
+    ))
 }
 
 fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {

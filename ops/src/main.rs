@@ -9,6 +9,7 @@ mod mount;
 mod settings;
 mod slots;
 mod status;
+mod supervise;
 mod transfer;
 mod warmup;
 

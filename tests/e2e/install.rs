@@ -44,7 +44,7 @@ fn make_install_bin_puts_both_binaries_in_prefix_and_the_installed_memarts_finds
         .output()
         .expect("run make");
     assert!(out.status.success(), "make install-bin failed:\n{}{}", text(&out.stdout), text(&out.stderr));
-    for name in ["memarts", "memarts-proxy"] {
+    for name in ["memarts", "memarts-proxy", "memarts-recover"] {
         let meta = std::fs::metadata(prefix.path().join("bin").join(name)).unwrap();
         assert!(meta.is_file() && meta.permissions().mode() & 0o111 != 0, "{name} is not an executable");
     }

@@ -27,6 +27,7 @@ mod reads;
 mod restart;
 mod secrets;
 mod stream;
+mod supervise;
 mod traced;
 mod trust;
 mod upload;
