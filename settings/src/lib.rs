@@ -76,6 +76,7 @@ vars! {
     "MOX_MEMARTS_LARGE_FILE_ACC", Python, "1: copy large objects as parallel ranges";
     "MOX_FILE_PARTIAL_MAXIMUM_SIZE", Python, "bytes from which an object counts as large (default 5 GiB)";
     "MOX_FILE_LARGE_FILE_TASK_NUM", Python, "ranges of a large object copied at once, 1 to 256 (default 8)";
+    "MEMARTS_FSSPEC_ROUTE", Python, "1: memarts.fsspec reads fsspec's s3://, obs:// and oss:// URLs through memarts (or a list: s3,obs)";
     "MEMARTS_CACHE_DIR", Fleet, "the cache dir, shared by every slot (default $XDG_CACHE_HOME/memarts)";
     "MEMARTS_CACHE_CAPACITY", Fleet, "bytes on disk the cache may use, e.g. 50GiB (default 80% of the free space)";
     "MEMARTS_ONLY_CAPACITY", Fleet, "bytes memarts-only objects may use, fleet-wide, e.g. 10GiB";
@@ -121,6 +122,8 @@ pub struct Settings {
     pub large_file_acc: bool,
     pub partial_maximum_size: u64,
     pub large_file_task_num: usize,
+    /// `MEMARTS_FSSPEC_ROUTE`: the fsspec protocols `memarts.fsspec` takes over (none by default).
+    pub fsspec_route: Vec<String>,
     // The fleet's: `None` when unset, so that a config file may decide.
     pub cache_dir: Option<PathBuf>,
     pub cache_capacity: Option<u64>,
@@ -175,6 +178,7 @@ impl Settings {
             large_file_task_num: env
                 .opt("MOX_FILE_LARGE_FILE_TASK_NUM", |t| parse::whole(t, 1usize, 256))?
                 .unwrap_or(8),
+            fsspec_route: env.opt("MEMARTS_FSSPEC_ROUTE", parse::fsspec_protocols)?.unwrap_or_default(),
             cache_dir: env.opt("MEMARTS_CACHE_DIR", parse::path)?,
             cache_capacity: env.opt("MEMARTS_CACHE_CAPACITY", parse::size)?,
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
@@ -253,6 +257,7 @@ mod tests {
         assert_eq!((s.chunk_size, s.parallel, s.timeout), (1 << 20, 16, Duration::from_secs(30)));
         assert!(!s.use_memarts && s.trusted_uids.is_none() && s.io_engine.is_none() && s.mounts.is_empty());
         assert_eq!((s.partial_maximum_size, s.large_file_task_num), (5 << 30, 8));
+        assert!(s.fsspec_route.is_empty());
         let s = with(&[
             ("USE_MEMARTS", "1"),
             ("MOX_FILE_CHUNK_SIZE", " 65536 "),
@@ -263,8 +268,10 @@ mod tests {
             ("MEMARTS_IO_ENGINE", "pread"),
             ("MOX_MEMARTS_LARGE_FILE_ACC", ""),
             ("XDG_RUNTIME_DIR", "/run/user/7"),
+            ("MEMARTS_FSSPEC_ROUTE", "obs"),
         ])
         .unwrap();
+        assert_eq!(s.fsspec_route, ["obs"]);
         assert!(s.use_memarts && !s.large_file_acc);
         assert_eq!((s.chunk_size, s.cache_capacity), (65536, Some(2 << 30)));
         assert_eq!(s.trusted_uids, Some(vec![0, 1000]));
@@ -289,6 +296,7 @@ mod tests {
             ("MOX_MEMARTS_LARGE_FILE_ACC", "2"),
             ("MOX_FILE_PARTIAL_MAXIMUM_SIZE", "5GB"),
             ("MOX_FILE_LARGE_FILE_TASK_NUM", "-1"),
+            ("MEMARTS_FSSPEC_ROUTE", "gcs"),
             ("MEMARTS_CACHE_CAPACITY", "lots"),
             ("MEMARTS_IO_ENGINE", "mmap"),
             ("MOX_OBS_CLIENT_LOG", "maybe"),

@@ -100,6 +100,27 @@ pub fn mounts(text: &str) -> Result<Vec<(String, String)>, String> {
     Ok(mounts)
 }
 
+/// The fsspec protocols `memarts.fsspec` takes over (`MEMARTS_FSSPEC_ROUTE`): `1` / `true` for
+/// `s3`, `obs` and `oss`; `0` / `false` for none; or a list of some of `s3`, `s3a`, `obs`, `oss`
+/// separated by commas or spaces (`s3,obs`), lower-cased.
+pub fn fsspec_protocols(text: &str) -> Result<Vec<String>, String> {
+    const KNOWN: [&str; 4] = ["s3", "s3a", "obs", "oss"];
+    if let Ok(all) = flag(text) {
+        return Ok(if all { ["s3", "obs", "oss"].map(String::from).to_vec() } else { Vec::new() });
+    }
+    let mut protocols = Vec::new();
+    for item in text.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
+        let name = item.to_ascii_lowercase();
+        if !KNOWN.contains(&name.as_str()) {
+            return Err(format!("has {item:?}: use 1, 0 or protocols among s3, s3a, obs, oss"));
+        }
+        if !protocols.contains(&name) {
+            protocols.push(name);
+        }
+    }
+    Ok(protocols)
+}
+
 /// Which SSD I/O engine a slot uses (`MEMARTS_IO_ENGINE`, config `io_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineKind {
@@ -223,6 +244,14 @@ mod tests {
         assert_eq!(m, vec![("obs://b/dir/sub".into(), "/b".into()), ("obs://b/dir".into(), "/a".into())]);
         assert!(mounts("obs://b/a:/cache/a").is_err());
         assert!(engine("mmap").unwrap_err().contains("io_uring"));
+    }
+
+    #[test]
+    fn fsspec_protocols_take_a_flag_or_a_list() {
+        assert_eq!(fsspec_protocols("1").unwrap(), ["s3", "obs", "oss"]);
+        assert_eq!(fsspec_protocols("false").unwrap(), Vec::<String>::new());
+        assert_eq!(fsspec_protocols("S3, obs,s3").unwrap(), ["s3", "obs"]);
+        assert!(fsspec_protocols("s3,gcs").unwrap_err().contains("\"gcs\""));
     }
 
     #[test]
