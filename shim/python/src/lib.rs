@@ -178,6 +178,31 @@ impl Client {
         }
     }
 
+    /// Up to `length` bytes from `offset` of the version `etag` (of `size` bytes), without asking
+    /// for its metadata: the chunks covering the range, each read at that version, so a changed
+    /// object is a `StaleError`, never bytes of another version. What an fsspec file opened on one
+    /// version reads through.
+    fn read_range_at_version<'py>(
+        &self,
+        py: Python<'py>,
+        url: &str,
+        size: u64,
+        etag: String,
+        offset: u64,
+        length: usize,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let meta =
+            memarts_protocol::ObjectMeta { size, etag: Some(etag), version: None, last_modified_ms: 0 };
+        let len = length.min(usize::try_from(size.saturating_sub(offset)).unwrap_or(usize::MAX));
+        PyBytes::new_with(py, len, |buf| {
+            let n = py.detach(|| self.inner.read_at(url, &meta, offset, buf)).map_err(|e| to_py(py, e))?;
+            if n != len {
+                return Err(to_py(py, Error::Internal(format!("{url}: short read ({n} of {len} bytes)"))));
+            }
+            Ok(())
+        })
+    }
+
     /// `download` of a version `(size, etag)` known from a metadata cache.
     fn download_at_version(
         &self,
@@ -388,6 +413,7 @@ fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     d.set_item("auto_read_meta_free", s.auto_read_meta_free)?;
     d.set_item("use_metadata_cache", s.use_metadata_cache)?;
     d.set_item("mounts", s.mounts)?;
+    d.set_item("fsspec_route", s.fsspec_route)?;
     d.set_item("chunk_size", s.chunk_size)?;
     d.set_item("cache_dir", s.cache_dir.unwrap_or(s.default_cache_dir))?;
     Ok(d)
