@@ -7,7 +7,8 @@ wheel) and ``import memarts as mox`` give the same ``mox.file``::
     data = mox.file.read('obs://bucket/dir/a.jpg', binary=True)
 
 The heavy work happens in the node's proxy fleet (``memarts start_proxy N``); this package is the
-light client every worker loads.
+light client every worker loads. pandas, pyarrow and other fsspec users read ``memarts://`` URLs
+through :mod:`memarts.fsspec` (which ``MEMARTS_FSSPEC_ROUTE`` imports here, to route ``s3://``...).
 """
 
 from . import errors, file
@@ -36,3 +37,9 @@ def prefetch(urls):
     if not remote:
         return 0
     return file._fleet().prefetch(remote)
+
+
+if file._settings["fsspec_route"]:
+    # MEMARTS_FSSPEC_ROUTE: fsspec reads those URLs through memarts in any process that imports
+    # memarts (fsspec itself imports only what a memarts:// URL needs). Needs fsspec installed.
+    from . import fsspec  # noqa: F401  (routes when imported)
