@@ -38,11 +38,12 @@ deps-build:
 		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || { echo "cannot install protoc: install it (apt-get install protobuf-compiler)" >&2; exit 1; }; }
 
 # Everything the tests need beyond Rust: etcd, strace, fuse3 and systemd (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
-# libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch) and torch for the
-# DataLoader and checkpoint tests, and prometheus_client, whose OpenMetrics parser reads what the
-# metrics endpoint serves, and kubernetes-validate, which checks the Kubernetes manifests in ops/
-# against the API's schemas. torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
-PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch prometheus_client kubernetes-validate
+# libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch), torch for the
+# DataLoader and checkpoint tests, fsspec, pandas and pyarrow for memarts.fsspec's,
+# prometheus_client, whose OpenMetrics parser reads what the metrics endpoint serves, and
+# kubernetes-validate, which checks the Kubernetes manifests in ops/ against the API's schemas.
+# torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
+PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch fsspec pandas pyarrow prometheus_client kubernetes-validate
 deps-test: deps-build
 	@command -v etcd >/dev/null || { echo "installing etcd (the etcd membership tests run a real one on loopback)"; \
 		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
@@ -52,7 +53,7 @@ deps-test: deps-build
 		(apt-get update -qq && apt-get install -y -qq systemd) >/dev/null || { echo "cannot install systemd: install it (apt-get install systemd)" >&2; exit 1; }; }
 	@command -v fusermount3 >/dev/null || { echo "installing fuse3 (fusermount3: the memarts mount tests mount and unmount real FUSE file systems)"; \
 		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null || { echo "cannot install fuse3: install it (apt-get install fuse3)" >&2; exit 1; }; }
-	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch, prometheus_client, kubernetes_validate" 2>/dev/null || \
+	@$(PYTHON) -c "import moto.server, pytest, numpy, PIL, scipy, cv2, torch, fsspec, pandas, pyarrow, prometheus_client, kubernetes_validate" 2>/dev/null || \
 		$(PYTHON) -m pip install --quiet --disable-pip-version-check $(PY_TEST_DEPS)
 
 # The deployment files in ops/ checked by the tools that read them (ops/scripts/check-deploy.sh), then
