@@ -118,10 +118,20 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         // Null when no slot reports it (proxies of an older build), rather than a made-up 0.
         "rejected_chunks": slots.iter().any(|s| s["rejected_chunks"].is_u64()).then(|| sum("rejected_chunks")),
     });
+    // The pid of the supervisor (`start_proxy --foreground`) that starts dead slots again, if one runs.
+    let supervisor = match crate::slots::probe(&crate::supervise::supervisor_pid_path(&cfg.run_dir)) {
+        crate::slots::Probe::Live(pid) => Some(pid),
+        _ => None,
+    };
     if args.json {
-        let out = json!({"run_dir": cfg.run_dir, "running": all_alive, "slots": slots, "totals": totals});
+        let out = json!({
+            "run_dir": cfg.run_dir, "running": all_alive, "supervisor": supervisor, "slots": slots, "totals": totals,
+        });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
+        if let Some(pid) = supervisor {
+            println!("supervised by pid {pid} (start_proxy --foreground): it starts a slot that dies again");
+        }
         print_table(&slots, &totals);
     }
     Ok(if all_alive { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -82,6 +82,7 @@ fn the_supervisor_says_ready_starts_a_dead_slot_again_and_stop_proxy_stops_it() 
     let ready = notified(&notify, "READY=1");
     assert!(ready.contains(&format!("MAINPID={}", supervisor.id())), "{ready}");
     assert!(fleet.memarts(&["status"]).status.success(), "not every slot answers once READY=1 was sent");
+    assert_eq!(fleet.status()["supervisor"], supervisor.id(), "status does not name the supervisor");
     assert!(fleet.client(CS).read(&url).unwrap() == data);
 
     let old = fleet.pid(1);
@@ -98,6 +99,8 @@ fn the_supervisor_says_ready_starts_a_dead_slot_again_and_stop_proxy_stops_it() 
     let status = exited(&mut supervisor, Duration::from_secs(30));
     assert!(status.success(), "the supervisor exited with {status}: {}", stderr_of(&mut supervisor));
     assert_clean(&fleet);
+    fleet.start_proxy(1);
+    assert!(fleet.status()["supervisor"].is_null(), "a fleet without a supervisor shows one");
 }
 
 #[test]
