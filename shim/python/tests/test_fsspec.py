@@ -203,6 +203,13 @@ def _read_until_stale(f, got):
             got += piece
 
 
+def test_what_memarts_cannot_do_is_refused_with_the_reason(fs):
+    with pytest.raises(ValueError, match="starts with a bucket"):
+        fs.info("memarts://")
+    with pytest.raises(ValueError, match="no transactions"):
+        fs.open("memarts://b/k", "wb", autocommit=False)
+
+
 def test_an_object_overwritten_while_open_raises_stale_never_mixes(s3, bucket, fs):
     v1, v2 = pattern(41, 200 * CS), pattern(42, 200 * CS)
     s3.put_object(Bucket=bucket, Key="o", Body=v1)

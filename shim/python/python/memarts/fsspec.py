@@ -86,7 +86,7 @@ class MemartsFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         bucket, _, key = path.partition("/")
         if not bucket:
-            raise NotImplementedError("memarts does not list buckets: name one, memarts://bucket/...")
+            raise ValueError("a memarts path starts with a bucket (memarts does not list buckets): memarts://bucket/...")
         if key:
             try:
                 size, etag, mtime_ms = _client().stat(_url(path))
@@ -156,7 +156,7 @@ class MemartsFileSystem(AbstractFileSystem):
 
     def _open(self, path, mode="rb", block_size=None, autocommit=True, cache_options=None, **kwargs):
         if not autocommit:
-            raise NotImplementedError("memarts files have no transactions: a written file is uploaded at close")
+            raise ValueError("memarts files have no transactions (autocommit=False): a written file is uploaded at close")
         if mode == "rb":
             return MemartsFile(self, path, block_size=block_size, cache_options=cache_options, **kwargs)
         return open_object(_client(), _url(path), mode)
