@@ -34,6 +34,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -140,8 +141,14 @@ class Relay:
                 server_writer.write(data)
                 await server_writer.drain()
 
+        server_socket = server_writer.get_extra_info("socket")
+
         async def server_to_client():
             while data := await server_reader.read(READ_SIZE):
+                # Acknowledge at once, as the Rust relay does (link_relay.rs, `quick_ack`): a server
+                # that writes small pieces without TCP_NODELAY otherwise stalls 40 ms on Nagle.
+                if server_socket is not None and hasattr(socket, "TCP_QUICKACK"):
+                    server_socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
                 state["request_start"] = True
                 self.bytes_down += len(data)
                 await throttle(len(data))
