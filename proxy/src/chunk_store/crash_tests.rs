@@ -4,10 +4,8 @@
 //! torn file.
 
 use std::fs;
-use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
@@ -26,28 +24,14 @@ fn key() -> ChunkKey {
     }
 }
 
-/// The pread engine, except that operation number `stop_at` (write_at and fsync calls, counted in
-/// call order) never completes: a write writes half its bytes first. `reached` is notified when it
-/// gets there.
+/// The pread engine, except that the write of a new chunk file stops for good: after half its
+/// bytes, or after all of them (before the rename). `reached` is notified when it gets there; once
+/// `release` says so, the writing thread dies there (a panic), so nothing after that step runs, as
+/// when the process is killed at that instant.
 struct StopsAt {
-    stop_at: usize,
-    calls: AtomicUsize,
+    whole: bool,
     reached: Arc<Notify>,
-}
-
-impl StopsAt {
-    fn stop_here(&self) -> bool {
-        self.calls.fetch_add(1, Ordering::SeqCst) == self.stop_at
-    }
-
-    fn forever<T: 'static>(&self, before: impl Future<Output = ()> + Send + 'static) -> BoxFuture<T> {
-        let reached = Arc::clone(&self.reached);
-        Box::pin(async move {
-            before.await;
-            reached.notify_one();
-            std::future::pending::<T>().await
-        })
-    }
+    release: Mutex<mpsc::Receiver<()>>,
 }
 
 impl IoEngine for StopsAt {
@@ -56,20 +40,20 @@ impl IoEngine for StopsAt {
     }
 
     fn write_at(&self, file: Arc<fs::File>, offset: u64, data: Bytes) -> BoxFuture<io::Result<()>> {
-        if !self.stop_here() {
-            return PreadEngine.write_at(file, offset, data);
-        }
-        let half = PreadEngine.write_at(file, offset, data.slice(..data.len() / 2));
-        self.forever(async move {
-            half.await.unwrap();
-        })
+        PreadEngine.write_at(file, offset, data)
+    }
+
+    fn write_parts_blocking(&self, file: &fs::File, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        let all: Vec<u8> = parts.concat();
+        let upto = if self.whole { all.len() } else { all.len() / 2 };
+        PreadEngine.write_parts_blocking(file, offset, &[&all[..upto]])?;
+        self.reached.notify_one();
+        let _ = self.release.lock().unwrap().recv();
+        panic!("the process dies here (a test's simulated crash)");
     }
 
     fn fsync(&self, file: Arc<fs::File>, data_only: bool) -> BoxFuture<io::Result<()>> {
-        if !self.stop_here() {
-            return PreadEngine.fsync(file, data_only);
-        }
-        self.forever(async {})
+        PreadEngine.fsync(file, data_only)
     }
 
     fn name(&self) -> &'static str {
@@ -84,11 +68,14 @@ fn temp_files(root: &std::path::Path) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_stopped_at_any_step_leaves_nothing_visible_and_its_temp_file_goes_at_the_next_open() {
     let data = Bytes::from(pattern(300_000, 42));
-    // Operations of a durable put, in call order: header write, data write, fsync.
-    for (stop_at, step) in ["the header write", "the data write", "the fsync"].into_iter().enumerate() {
+    // The steps of a durable put: the write of header and data, then the fsync and the rename.
+    for (whole, step) in
+        [(false, "the middle of the write"), (true, "the end of the write, before the rename")]
+    {
         let root = tempfile::tempdir().unwrap();
         let reached = Arc::new(Notify::new());
-        let engine = StopsAt { stop_at, calls: AtomicUsize::new(0), reached: Arc::clone(&reached) };
+        let (release, released) = mpsc::channel();
+        let engine = StopsAt { whole, reached: Arc::clone(&reached), release: Mutex::new(released) };
         let store = Arc::new(ChunkStore::open(root.path(), Arc::new(engine)).unwrap());
         let put = {
             let (store, data) = (Arc::clone(&store), data.clone());
@@ -105,6 +92,7 @@ async fn a_put_stopped_at_any_step_leaves_nothing_visible_and_its_temp_file_goes
         // The process dies here: nothing of the put runs any more.
         put.abort();
         assert!(put.await.unwrap_err().is_cancelled());
+        release.send(()).unwrap();
         drop(store);
 
         // The next start: the leftover goes, the chunk is absent, and it can be written whole.

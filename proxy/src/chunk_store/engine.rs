@@ -34,6 +34,15 @@ pub trait IoEngine: Send + Sync {
     /// Writes all of `data` at `offset`, continuing after short writes.
     fn write_at(&self, file: Arc<File>, offset: u64, data: Bytes) -> BoxFuture<io::Result<()>>;
 
+    /// Writes all of `parts`, one after the other, at `offset`, on the calling (blocking) thread:
+    /// how a new chunk file is filled, between its create and its rename, in one trip to the
+    /// blocking pool (`ChunkStore::put`). Both engines use `pwritev`: a buffered write gains nothing
+    /// from io_uring, which hands it to a kernel worker thread (io-wq) anyway, one more thread
+    /// hop per chunk. Test engines override it to fail.
+    fn write_parts_blocking(&self, file: &File, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        super::pread::write_all_vectored_at(file, offset, parts)
+    }
+
     /// Flushes the file to stable storage: `fdatasync` when `data_only`, else `fsync`.
     fn fsync(&self, file: Arc<File>, data_only: bool) -> BoxFuture<io::Result<()>>;
 

@@ -1,5 +1,6 @@
 //! `PreadEngine`: the portable [`IoEngine`], running blocking `pread`/`pwrite`/`fsync` on
-//! tokio's blocking thread pool. Used where io_uring is unavailable (old kernels, seccomp).
+//! tokio's blocking thread pool. Used where io_uring is unavailable (old kernels, seccomp); its
+//! [`write_all_vectored_at`] fills every new chunk file, whatever the engine (`store.rs` says why).
 //!
 //! Operations start when their future is first polled, which must happen inside a tokio
 //! runtime. Read buffers are zero-filled before reading (simple and safe; the cost is small
@@ -31,6 +32,32 @@ pub(super) async fn run_blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| io::Error::other(format!("blocking I/O task failed: {e}")))?
+}
+
+/// Writes all of `parts`, one after the other, at `offset`: one `pwritev` for all of them, continued
+/// after a short write.
+pub(super) fn write_all_vectored_at(file: &File, mut offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+    let mut parts: Vec<&[u8]> = parts.iter().copied().filter(|p| !p.is_empty()).collect();
+    let mut first = 0;
+    while first < parts.len() {
+        let slices: Vec<io::IoSlice<'_>> = parts[first..].iter().map(|p| io::IoSlice::new(p)).collect();
+        let offset_arg = i64::try_from(offset).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let mut n = match nix::sys::uio::pwritev(file, &slices, offset_arg) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        offset += n as u64;
+        while first < parts.len() && n >= parts[first].len() {
+            n -= parts[first].len();
+            first += 1;
+        }
+        if n > 0 {
+            parts[first] = &parts[first][n..];
+        }
+    }
+    Ok(())
 }
 
 impl IoEngine for PreadEngine {
@@ -65,5 +92,24 @@ impl IoEngine for PreadEngine {
 
     fn name(&self) -> &'static str {
         "pread"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vectored_writes_put_every_part_in_order_at_the_offset() {
+        let file = tempfile::tempfile().unwrap();
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        write_all_vectored_at(&file, 10, &[b"head", b"", &big, b"tail"]).unwrap();
+        let mut got = vec![0; 10 + 4 + big.len() + 4];
+        file.read_exact_at(&mut got, 0).unwrap();
+        assert_eq!(&got[..10], &[0; 10]);
+        assert_eq!(&got[10..14], b"head");
+        assert!(got[14..14 + big.len()] == big[..]);
+        assert_eq!(&got[14 + big.len()..], b"tail");
+        write_all_vectored_at(&file, 0, &[]).unwrap();
     }
 }

@@ -60,6 +60,16 @@ impl IoEngine for FailingDisk {
         }
     }
 
+    fn write_parts_blocking(&self, file: &File, offset: u64, parts: &[&[u8]]) -> io::Result<()> {
+        match self.write_errno.load(Ordering::SeqCst) {
+            0 => PreadEngine.write_parts_blocking(file, offset, parts),
+            errno => {
+                self.failed.fetch_add(1, Ordering::SeqCst);
+                Err(io::Error::from_raw_os_error(errno as i32))
+            }
+        }
+    }
+
     fn fsync(&self, file: Arc<File>, data_only: bool) -> BoxFuture<io::Result<()>> {
         PreadEngine.fsync(file, data_only)
     }
