@@ -235,6 +235,41 @@ fn warmup_fetches_each_chunk_once_and_leaves_the_next_epoch_nothing_to_ask() {
     );
 }
 
+/// A LIST of more than one page is read while it is listed: the objects of the first page are
+/// fetched before the last page has come, instead of after it (the slots' origin logs give each
+/// request's end). One LIST in all still, and every object read once.
+#[test]
+fn warmup_reads_the_first_page_of_the_listing_while_the_rest_is_listed() {
+    const OBJECTS: usize = 1100; // two pages of a LIST
+    let bucket = moto().bucket("warmpages");
+    moto().put_many(&bucket, (0..OBJECTS).map(|i| (format!("p/{i:04}"), pattern(5000 + i as u64, 1000))));
+    let fleet = Fleet::start(2, &[]);
+    fleet.wait_index_ready();
+    let out = fleet.memarts(&["warmup", &format!("s3://{bucket}/p/")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&format!("read {OBJECTS} objects")), "{}", text(&out.stdout));
+    assert!(text(&out.stderr).contains("read while listing"), "{}", text(&out.stderr));
+    assert_eq!(moto().gets_settled(&bucket), OBJECTS, "one GET per object");
+    // `<end time> <op> <target> ...`, from every slot.
+    let mut ends: Vec<(f64, String)> = (0..2)
+        .flat_map(|slot| {
+            std::fs::read_to_string(fleet.run_dir.join(format!("origin-{slot}.log")))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| {
+                    let mut f = l.split_whitespace();
+                    (f.next().unwrap().parse().unwrap(), f.next().unwrap().to_string())
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let lists: Vec<f64> = ends.iter().filter(|(_, op)| op.starts_with("LIST")).map(|(t, _)| *t).collect();
+    assert_eq!(lists.len(), 2, "one LIST, of two pages: {ends:?}");
+    let gets_before_last_page = ends.iter().filter(|(t, op)| op == "GET" && *t < lists[1]).count();
+    assert!(gets_before_last_page > 0, "nothing was read before the listing ended: {:?}", &ends[..10]);
+}
+
 /// On a terminal, `memarts warmup` draws its progress: bytes done of the total, the rate and an
 /// ETA (and draws nothing into a pipe or a log: the other tests read its plain output).
 #[test]

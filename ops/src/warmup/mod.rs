@@ -211,7 +211,13 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
         jobs.read_manifest(manifest, &args.url_prefix)?;
     }
     let by_bytes = args.manifest.is_none();
-    let readers = Readers { client: &client, limit, large: Permits::new(threads / 4), bar: progress(by_bytes), by_bytes };
+    let readers = Readers {
+        client: &client,
+        limit,
+        large: Permits::new(threads / 4),
+        bar: progress(by_bytes),
+        by_bytes,
+    };
     readers.refresh(&jobs);
     let before = counters(&client);
     let started = Instant::now();
