@@ -37,7 +37,7 @@ deps-build:
 	@command -v protoc >/dev/null || { echo "installing protoc (the etcd client is generated at build time)"; \
 		(apt-get update -qq && apt-get install -y -qq protobuf-compiler) >/dev/null || { echo "cannot install protoc: install it (apt-get install protobuf-compiler)" >&2; exit 1; }; }
 
-# Everything the tests need beyond Rust: etcd, strace, fuse3 and systemd (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
+# Everything the tests need beyond Rust: etcd and etcdctl, strace, fuse3 and systemd (Debian packages), a real S3-protocol server (moto) on loopback, pytest, the
 # libraries of the MoXing usage examples (numpy, Pillow, scipy, OpenCV, torch), torch for the
 # DataLoader and checkpoint tests, fsspec, pandas and pyarrow for memarts.fsspec's,
 # prometheus_client, whose OpenMetrics parser reads what the metrics endpoint serves, and
@@ -45,8 +45,8 @@ deps-build:
 # torch from PyPI brings its CUDA libraries: ~4 GB, ~90 s here.
 PY_TEST_DEPS = 'moto[server]>=5.1' pytest numpy pillow scipy opencv-python-headless torch fsspec pandas pyarrow prometheus_client kubernetes-validate
 deps-test: deps-build
-	@command -v etcd >/dev/null || { echo "installing etcd (the etcd membership tests run a real one on loopback)"; \
-		(apt-get update -qq && apt-get install -y -qq etcd-server) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server)" >&2; exit 1; }; }
+	@command -v etcd >/dev/null && command -v etcdctl >/dev/null || { echo "installing etcd and etcdctl (the etcd membership tests run a real one on loopback and write to it)"; \
+		(apt-get update -qq && apt-get install -y -qq etcd-server etcd-client) >/dev/null || { echo "cannot install etcd: install it (apt-get install etcd-server etcd-client)" >&2; exit 1; }; }
 	@command -v strace >/dev/null || { echo "installing strace (the D1/S1 tests read system call order from it)"; \
 		(apt-get update -qq && apt-get install -y -qq strace) >/dev/null || { echo "cannot install strace: install it (apt-get install strace)" >&2; exit 1; }; }
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd (systemd-analyze verify checks the unit in ops/systemd)"; \
@@ -86,7 +86,10 @@ fmt:
 demo: build
 	bash ops/scripts/demo.sh target/release
 
-# One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): the Rust bench (fleet.json),
+# One run, all figures side by side (BENCH_SCALE=small: under 5 minutes). The cold reads over the
+# link run first: the other benchmarks delete many files at their ends, and for a few minutes after
+# that ext4 makes every file creation scan past the recently deleted inodes, which a fresh cache's
+# fills would pay for. the Rust bench (fleet.json),
 # the Python package (python.json), memarts against the tools users pick instead over an emulated
 # remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
 # against 3 independent fleets over one shared emulated link (cluster.json), `memarts mount` against
@@ -96,8 +99,9 @@ demo: build
 # them into tests/bench/results/latest.{json,md,svg}.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
-	$(CARGO) bench -p memarts-tests --bench fleet
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python matplotlib
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/link_bench.py
+	$(CARGO) bench -p memarts-tests --bench fleet
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/stream_bench.py
@@ -105,7 +109,6 @@ bench: deps-test build
 	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
 		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py
-	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/link_bench.py
 	$(PYTHON) tests/bench/report.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder
