@@ -55,6 +55,7 @@ REPORTED = {
     "cold_loader_vs_boto3": "link",
     "cold_loader_prefetch_vs_plain": "link",
     "warmup_vs_measured_link": "link",
+    "warmup_manifest_vs_link": "link",
     "cold_large_stream_vs_boto3_download": "link",
 }
 
@@ -246,12 +247,15 @@ def markdown(latest, rows):
                    f"emulated link (+{lk_link['latency_ms']:g} ms per request, {lk_link['mbps_per_conn']:g} MB/s per "
                    f"connection, {lk_link['mbps_total']:g} MB/s in total); {lk['datasets']['small_files']} small files "
                    f"of 64–255 KiB, one {lk['datasets']['large_bytes'] >> 20} MiB object; fresh caches."), "",
-              "| scenario | MB/s | × link | × measured link |", "|---|---:|---:|---:|"]
+              "| scenario | MB/s (median run) | × link | × measured link | every run, × link |",
+              "|---|---:|---:|---:|---|"]
     for key, row in lk["rows"].items():
         if "mbs" in row:
-            lines.append(f"| {key} | {fmt(row['mbs'])} | {row['vs_link']:.2f} | {row['vs_measured_link']:.2f} |")
+            runs = ", ".join(f"{m / lk_link['mbps_total']:.2f}" for m in row.get("runs_mbs", []))
+            lines.append(f"| {key} | {fmt(row['mbs'])} | {row['vs_link']:.2f} | {row['vs_measured_link']:.2f} | "
+                         f"{runs} |")
         else:
-            lines.append(f"| {key} ({row.get('unavailable', 'not measured')}) | — | — | — |")
+            lines.append(f"| {key} ({row.get('unavailable', 'not measured')}) | — | — | — | |")
     lines += ["", "| ratio (same run) | value | goal | met |", "|---|---:|---:|---|"]
     for key, g in latest["goals"].items():
         value = "—" if g["value"] is None else f"{g['value']:.2f}"
