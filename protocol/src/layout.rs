@@ -13,3 +13,9 @@ pub fn socket_path(run_dir: &Path, slot: u32) -> PathBuf {
 pub fn fleet_file(run_dir: &Path) -> PathBuf {
     run_dir.join("fleet.json")
 }
+
+/// The metadata table `slot` publishes for direct hits: `<run dir>/meta-<slot>.table`
+/// (`crate::meta_table`).
+pub fn meta_table_path(run_dir: &Path, slot: u32) -> PathBuf {
+    run_dir.join(format!("meta-{slot}.table"))
+}

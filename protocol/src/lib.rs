@@ -9,6 +9,9 @@
 //! - [`error`]: typed error codes carried on the wire and the framing error type.
 //! - [`spin`]: adaptive busy-polling of a socket before blocking, used by both ends.
 //! - [`peer`]: the node-to-node protocol of the cluster pool (TCP, the same framing).
+//! - [`chunk_file`]: chunk identity and the on-disk chunk file format, which the proxies write and
+//!   shims may read directly; [`meta_table`]: the metadata a slot publishes in a shared file, with
+//!   which a shim reads a warm object with no round trip.
 //!
 //! A connection starts with `Request::Hello`, answered by `Response::Welcome` or
 //! `Response::Incompatible`; then the client sends one request and reads one response, in lockstep.
@@ -17,9 +20,11 @@
 //! cross the socket.
 
 pub mod checksum;
+pub mod chunk_file;
 pub mod error;
 pub mod frame;
 pub mod message;
+pub mod meta_table;
 pub mod metrics;
 pub mod peer;
 pub mod spin;

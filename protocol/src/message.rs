@@ -221,6 +221,23 @@ pub enum Request {
     /// Every metric of the slot: answered with `Metrics` (for the node's Prometheus endpoint, which
     /// one slot serves for all). Proxies before it answer `BadRequest` and close the connection.
     Metrics,
+    /// Chunks of this slot that a client read straight from their files (direct hits, found through
+    /// the slot's metadata table), at most [`MAX_TOUCHES`], batched: the slot counts them as the
+    /// hits they were, for its counters and for its eviction (recency and frequency), as if it had
+    /// served them. Answered with `Touched`.
+    Touched(Vec<Touch>),
+}
+
+/// Most chunks one `Touched` may carry.
+pub const MAX_TOUCHES: usize = 4096;
+
+/// One chunk read directly from its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Touch {
+    /// The chunk's id ([`crate::chunk_id`]).
+    pub id: u128,
+    /// Bytes of data read.
+    pub len: u64,
 }
 
 /// Most URLs one `Prefetch` may carry.
@@ -310,6 +327,10 @@ pub enum Response {
     PrefetchStatus(PrefetchStatus),
     AdmissionStatus(AdmissionStatus),
     Metrics(crate::metrics::MetricsSnapshot),
+    /// How many of a `Touched`'s chunks the slot still held (the others were evicted meanwhile).
+    Touched {
+        counted: u32,
+    },
 }
 
 #[cfg(test)]

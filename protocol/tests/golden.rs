@@ -164,3 +164,13 @@ fn metrics_is_appended_after_admission_status() {
     let resp = Response::Metrics(memarts_protocol::MetricsSnapshot::default());
     assert_eq!(&frame_of(&resp)[8..], &[16, 0]);
 }
+
+#[test]
+fn touched_is_appended_after_metrics() {
+    let req = Request::Touched(vec![memarts_protocol::Touch { id: 1 << 64 | 5, len: 300 }]);
+    assert_eq!(
+        &frame_of(&req)[8..],
+        &[18, 1, 0x85, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x02, 0xac, 0x02]
+    );
+    assert_eq!(&frame_of(&Response::Touched { counted: 3 })[8..], &[17, 3]);
+}

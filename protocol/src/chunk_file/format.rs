@@ -124,16 +124,42 @@ pub fn encode_header(
     out.extend_from_slice(&data_crc.to_le_bytes());
     out.extend_from_slice(&(identity_len as u32).to_le_bytes());
     key.encode_identity(&mut out);
-    let crc = memarts_protocol::crc32c(&out);
+    let crc = crate::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out.resize(data_offset as usize, 0);
     Ok(out)
+}
+
+/// A header as [`decode_raw`] reads it: every field checked, the identity still encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawHeader<'a> {
+    pub flags: u16,
+    pub data_offset: u64,
+    pub data_len: u64,
+    pub data_crc32c: u32,
+    /// The identity encoding (`ChunkKey::encode_identity`), its checksum verified.
+    pub identity: &'a [u8],
 }
 
 /// Decodes a header from the start of a chunk file. `bytes` may be shorter than the padded
 /// header: [`FormatError::Truncated`] says how many bytes are needed (never more than
 /// [`MAX_HEADER_LEN`]) so the caller can read more and retry.
 pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
+    let raw = decode_raw(bytes)?;
+    let identity = ChunkKey::decode_identity(raw.identity).ok_or(FormatError::BadIdentity)?;
+    Ok(Header {
+        version: FORMAT_VERSION,
+        flags: raw.flags,
+        data_offset: raw.data_offset,
+        data_len: raw.data_len,
+        data_crc32c: raw.data_crc32c,
+        identity,
+    })
+}
+
+/// [`decode_header`] without decoding the identity: for a reader that knows which identity it
+/// expects and compares the bytes (a shim's direct hit), with no allocation.
+pub fn decode_raw(bytes: &[u8]) -> Result<RawHeader<'_>, FormatError> {
     let truncated = |needed: usize| FormatError::Truncated { needed, got: bytes.len() };
     if bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] != MAGIC {
         return Err(FormatError::BadMagic);
@@ -157,7 +183,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
         return Err(truncated(header_len(identity_len)));
     };
     let stored = u32::from_le_bytes([crc_bytes[0], crc_bytes[1], crc_bytes[2], crc_bytes[3]]);
-    let computed = memarts_protocol::crc32c(&bytes[..crc_at]);
+    let computed = crate::crc32c(&bytes[..crc_at]);
     if stored != computed {
         return Err(FormatError::HeaderCrc { stored, computed });
     }
@@ -166,8 +192,13 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
     if data_offset != expected {
         return Err(FormatError::BadDataOffset { found: data_offset, expected });
     }
-    let identity = ChunkKey::decode_identity(&bytes[FIXED_LEN..crc_at]).ok_or(FormatError::BadIdentity)?;
-    Ok(Header { version, flags: le16(10), data_offset, data_len: le64(16), data_crc32c: le32(24), identity })
+    Ok(RawHeader {
+        flags: le16(10),
+        data_offset,
+        data_len: le64(16),
+        data_crc32c: le32(24),
+        identity: &bytes[FIXED_LEN..crc_at],
+    })
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! The SSD chunk store: 1 MiB chunks of origin objects kept as files on local disk.
 //!
-//! - [`ChunkKey`] / [`ChunkId`] (`key.rs`): a chunk's identity and its 128-bit hash.
-//! - `format.rs`: the chunk file format (checksummed header bound to the key, page-aligned
-//!   data).
+//! - [`ChunkKey`] / [`ChunkId`] and [`format`]: a chunk's identity, its 128-bit hash and the chunk
+//!   file format (checksummed header bound to the key, page-aligned data). They live in
+//!   `memarts_protocol::chunk_file`, since shims read chunk files too (a direct hit).
 //! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
 //!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
 //!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);
@@ -13,8 +13,6 @@
 
 mod engine;
 mod files;
-pub mod format;
-mod key;
 mod pread;
 mod scan;
 mod store;
@@ -31,8 +29,9 @@ mod crash_tests;
 pub use engine::{
     select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, UnknownEngine, DEFAULT_URING_ENTRIES,
 };
-pub use format::{FormatError, Header};
-pub use key::{ChunkId, ChunkKey};
+pub use memarts_protocol::chunk_file::format;
+pub use memarts_protocol::chunk_file::format::{FormatError, Header};
+pub use memarts_protocol::chunk_file::{ChunkId, ChunkKey};
 pub use pread::PreadEngine;
 pub use scan::{Scan, ScanReport, ScannedChunk};
 pub use store::{CachedChunk, ChunkStore, StoreError};

@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use super::key::ChunkId;
+use super::ChunkId;
 
 /// One chunk file found by a scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -25,9 +25,9 @@ use bytes::Bytes;
 use super::engine::IoEngine;
 use super::files::{describe, publish, remove_entry, writer_alive, DIR_MODE};
 use super::format::{self, FormatError};
-use super::key::{ChunkId, ChunkKey};
 use super::pread::run_blocking;
 use super::scan::Scan;
+use super::{ChunkId, ChunkKey};
 
 const FILE_MODE: u32 = 0o600;
 
@@ -82,7 +82,7 @@ impl ChunkStore {
     /// no longer run (regular files directly in `tmp/`, nothing else). Blocking.
     pub fn open(root: impl AsRef<Path>, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
         let root = root.as_ref().to_path_buf();
-        let chunks = root.join("v1").join("chunks");
+        let chunks = memarts_protocol::chunk_file::chunks_dir(&root);
         let tmp = root.join("v1").join("tmp");
         for dir in [&chunks, &tmp] {
             DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)?;
@@ -114,8 +114,7 @@ impl ChunkStore {
 
     /// Where the chunk `id` lives (whether or not it exists).
     pub fn path_of(&self, id: ChunkId) -> PathBuf {
-        let hex = id.to_hex();
-        self.chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+        memarts_protocol::chunk_file::chunk_path(&self.chunks, id)
     }
 
     /// Stores `data` as the chunk `key`, replacing any previous file atomically. Returns the

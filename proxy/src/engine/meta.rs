@@ -1,5 +1,9 @@
 //! Metadata cache: stat results trusted for a TTL, then revalidated with the origin. Bounded in entries.
 //!
+//! In a fleet's slot, every entry put, loaded or invalidated is also published in the slot's
+//! metadata table (`memarts_protocol::meta_table`), from which shims of the fleet's uid read a warm
+//! object with no round trip; the cache's lock makes it the table's single writer.
+//!
 //! A slot that stops gracefully saves its fresh entries ([`MetaCache::save`]) and the next slot of
 //! that number loads them ([`MetaCache::load`]) with the time each was verified, so a planned
 //! restart does not cost one HEAD per object: each entry is trusted for what is left of its TTL,
@@ -12,6 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use lru::LruCache;
+use memarts_protocol::meta_table::{url_key, Published, TableFile};
 use memarts_protocol::{crc32c, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
@@ -29,12 +34,30 @@ struct SnapshotEntry {
 pub struct MetaCache {
     ttl: Duration,
     entries: Mutex<LruCache<String, (ObjectMeta, Instant)>>,
+    /// The table shims read; written only under `entries`' lock.
+    table: std::sync::OnceLock<TableFile>,
 }
 
 impl MetaCache {
     pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
         let cap = std::num::NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
-        MetaCache { ttl, entries: Mutex::new(LruCache::new(cap)) }
+        MetaCache { ttl, entries: Mutex::new(LruCache::new(cap)), table: std::sync::OnceLock::new() }
+    }
+
+    /// Publishes every entry from now on in `table` (the fresh ones already held first).
+    pub fn publish_to(&self, table: TableFile) {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let now = SystemTime::now();
+        for (url, (meta, at)) in entries.iter().filter(|(_, (_, at))| at.elapsed() < self.ttl) {
+            let verified = now.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH);
+            publish(&table, url, meta, unix_ms(verified));
+        }
+        let _ = self.table.set(table);
+    }
+
+    /// The TTL, as the published table states it.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
     }
 
     /// A fresh entry for `url`, if any.
@@ -53,11 +76,19 @@ impl MetaCache {
         if self.ttl.is_zero() {
             return;
         }
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).put(url, (meta, Instant::now()));
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = self.table.get() {
+            publish(table, &url, &meta, unix_ms(SystemTime::now()));
+        }
+        entries.put(url, (meta, Instant::now()));
     }
 
     pub fn invalidate(&self, url: &str) {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).pop(url);
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(table) = self.table.get() {
+            table.table().withdraw(url_key(url));
+        }
+        entries.pop(url);
     }
 
     /// Writes the fresh entries to `path` (temp file, then rename); returns how many.
@@ -111,11 +142,22 @@ impl MetaCache {
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
             let Some(at) = now.checked_sub(age).filter(|_| age < self.ttl) else { continue };
+            if let Some(table) = self.table.get() {
+                publish(table, &e.url, &e.meta, e.verified_ms);
+            }
             cache.put(e.url, (e.meta, at));
             loaded += 1;
         }
         Ok(loaded)
     }
+}
+
+/// What shims may know of `url`: its size and ETag (an object without one is not published, and an
+/// older entry of it goes).
+fn publish(table: &TableFile, url: &str, meta: &ObjectMeta, verified_ms: u64) {
+    let etag = meta.etag.clone().unwrap_or_default();
+    let last_modified_ms = meta.last_modified_ms;
+    table.table().publish(url_key(url), &Published { size: meta.size, etag, last_modified_ms, verified_ms });
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -145,6 +187,42 @@ mod tests {
         let off = MetaCache::new(Duration::ZERO, 2);
         off.put("a".into(), meta("1"));
         assert_eq!(off.get("a"), None);
+    }
+
+    /// What shims read: every entry held, put, loaded or invalidated shows in the published table,
+    /// with when it was verified.
+    #[test]
+    fn entries_are_published_in_the_table_shims_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = MetaCache::new(Duration::from_secs(60), 10);
+        cache.put("s3://b/held".into(), meta("\"h\""));
+        let path = dir.path().join("meta-0.table");
+        cache.publish_to(TableFile::create(&path, 64, 60_000).unwrap());
+        let reader = TableFile::open(&path).unwrap();
+        let found = |url: &str| reader.table().lookup(url_key(url));
+        assert_eq!(found("s3://b/held").map(|p| p.etag), Some("\"h\"".into()), "held before publishing");
+        let before = unix_ms(SystemTime::now());
+        cache.put("s3://b/k".into(), ObjectMeta { size: 5, last_modified_ms: 77, ..meta("\"e1\"") });
+        let p = found("s3://b/k").expect("published");
+        assert_eq!((p.size, p.etag.as_str(), p.last_modified_ms), (5, "\"e1\"", 77));
+        assert!(p.verified_ms >= before && p.verified_ms <= unix_ms(SystemTime::now()));
+        cache.put("s3://b/k".into(), meta("\"e2\""));
+        assert_eq!(
+            found("s3://b/k").map(|p| p.etag),
+            Some("\"e2\"".into()),
+            "the new version replaces the old"
+        );
+        cache.invalidate("s3://b/k");
+        assert_eq!(found("s3://b/k"), None, "an invalidated entry is withdrawn");
+        let snap = dir.path().join("meta.snap");
+        cache.put("s3://b/saved".into(), meta("\"s\""));
+        cache.save(&snap).unwrap();
+        let next = MetaCache::new(Duration::from_secs(60), 10);
+        let path = dir.path().join("meta-1.table");
+        next.publish_to(TableFile::create(&path, 64, 60_000).unwrap());
+        next.load(&snap).unwrap();
+        let reader = TableFile::open(&path).unwrap();
+        assert!(reader.table().lookup(url_key("s3://b/saved")).is_some(), "a loaded snapshot is published");
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
 //! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
 //! - `prefetch.rs`: objects clients hint they will read next, fetched ahead by adaptive fetchers;
+//! - `direct.rs`: direct hits (shims reading chunk files themselves): the published metadata and
+//!   the reads they report;
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, admission),
 //!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
@@ -28,6 +30,7 @@ mod admission_tests;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;
+mod direct;
 #[cfg(test)]
 mod disk_fault_tests;
 #[cfg(test)]
@@ -139,6 +142,8 @@ pub struct Stats {
     pub connections: AtomicU64,
     pub requests: AtomicU64,
     pub hits: AtomicU64,
+    /// Hits a client read straight from the chunk files and reported (`direct.rs`); part of `hits`.
+    pub direct_hits: AtomicU64,
     pub misses: AtomicU64,
     pub bytes_from_cache: AtomicU64,
     pub bytes_from_origin: AtomicU64,

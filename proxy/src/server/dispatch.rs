@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use memarts_protocol::{
-    ChunkRequest, ErrorCode, FirstRequest, Limits, ListRequest, Request, Response, WireError, MAX_BATCH,
+    ChunkRequest, ErrorCode, FirstRequest, Limits, ListRequest, Request, Response, Touch, WireError,
+    MAX_BATCH, MAX_TOUCHES,
 };
 use tokio::net::UnixStream;
 
@@ -85,7 +86,23 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let metrics = cx.engine.metrics();
             cx.answer(Ok(Response::Metrics(metrics))).await
         }
+        Request::Touched(touches) => touched(cx, &touches).await,
     }
+}
+
+/// Direct hits a client reports: only the fleet's own uid can read chunk files, so only it may.
+async fn touched(mut cx: Ctx<'_>, touches: &[Touch]) -> Result<(), ConnError> {
+    let reply = if touches.len() > MAX_TOUCHES {
+        Err(WireError::new(ErrorCode::BadRequest, format!("more than {MAX_TOUCHES} chunks in one Touched")))
+    } else if !cx.settings.local.is_own(cx.session.uid) {
+        Err(WireError::new(
+            ErrorCode::PermissionDenied,
+            "only the fleet's own uid reads chunk files directly, so only it reports such reads",
+        ))
+    } else {
+        Ok(Response::Touched { counted: cx.engine.touched(touches) })
+    };
+    cx.answer(reply).await
 }
 
 async fn stat(mut cx: Ctx<'_>, url: &str, refresh: bool) -> Result<(), ConnError> {

@@ -38,6 +38,11 @@ impl LocalAccess {
         LocalAccess { own_uid, roots: roots.into() }
     }
 
+    /// Whether `uid` is the proxy's own.
+    pub fn is_own(&self, uid: u32) -> bool {
+        uid == self.own_uid
+    }
+
     /// Whether client `uid` may make `request`: every URL it names, as the request uses it.
     /// memarts-only objects are keys in the cache, not paths, so their requests always pass.
     pub async fn check_request(&self, uid: u32, request: &Request) -> Result<(), WireError> {
@@ -62,7 +67,8 @@ impl LocalAccess {
             | Request::ClusterStatus
             | Request::PrefetchStatus
             | Request::AdmissionStatus
-            | Request::Metrics => Vec::new(),
+            | Request::Metrics
+            | Request::Touched(_) => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

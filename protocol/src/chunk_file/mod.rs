@@ -1,0 +1,24 @@
+//! Chunk files, as both sides read them: a chunk's identity ([`ChunkKey`]) and its 128-bit hash
+//! ([`ChunkId`], which names the file), the file's byte layout (`format.rs`: a checksummed header
+//! bound to the identity, then the page-aligned data), and where a chunk's file lives under a cache
+//! root ([`chunk_path`]). The proxies write chunk files; a shim of the fleet's own uid may open and
+//! verify one itself (a direct hit, with no round trip to a proxy).
+
+pub mod format;
+mod key;
+
+use std::path::{Path, PathBuf};
+
+pub use key::{ChunkId, ChunkKey};
+
+/// The directory of chunk files under a cache root: `<root>/v1/chunks`.
+pub fn chunks_dir(cache_root: &Path) -> PathBuf {
+    cache_root.join("v1").join("chunks")
+}
+
+/// Where the chunk `id` lives under `chunks` (see [`chunks_dir`]):
+/// `<chunks>/<hex[0..2]>/<hex[2..4]>/<hex>`, whether or not it exists.
+pub fn chunk_path(chunks: &Path, id: ChunkId) -> PathBuf {
+    let hex = id.to_hex();
+    chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+}

@@ -1,0 +1,416 @@
+//! The metadata table a proxy slot publishes for the shims of its fleet's uid: for each object whose
+//! metadata the slot holds, its size and ETag and when they were last verified with the origin. With
+//! it, a shim that reads an object can name its chunk files itself (a chunk file's name is a pure
+//! function of object, ETag, chunk size and index) and read a warm object with no round trip to a
+//! proxy at all (a direct hit).
+//!
+//! One file per slot (`<run dir>/meta-<slot>.table`, 0600), mapped shared: the slot writes it, any
+//! number of shim processes read it. The slot is its only writer (one lock in the slot serializes its
+//! writes); readers never block it and never see a torn entry: every entry is guarded by a sequence
+//! number (a seqlock: odd while being written), and every word is read and written as an atomic.
+//! The table is a cache: an entry may be overwritten by another URL at any time, and a reader that
+//! finds nothing, or an entry older than the TTL, asks the proxy as before.
+//!
+//! Layout (words of 8 bytes in the machine's byte order: the table never leaves its machine):
+//!
+//! ```text
+//! word      field
+//! 0         magic b"MAMETAT1"
+//! 1         layout version = 1
+//! 2         capacity: entries, a power of two
+//! 3         ttl_ms: how long an entry is trusted after its verification
+//! 4..8      reserved, 0
+//! 8 + 16i   entry i, 16 words:
+//!   +0        seq: 0 never written; odd while being written; even once written
+//!   +1, +2    key: the URL's 128-bit hash (low, high); both 0 for an entry withdrawn
+//!   +3        object size in bytes
+//!   +4        verified_ms: when the ETag was last verified, ms since the Unix epoch
+//!   +5        ETag length in bytes (at most 64)
+//!   +6..+14   the ETag's bytes
+//!   +14       last_modified_ms: the object's Last-Modified, ms since the Unix epoch
+//!   +15       reserved, 0
+//! ```
+//!
+//! An entry lives in one of [`PROBES`] consecutive places from `key % capacity`; a writer takes the
+//! URL's own place, else a free one, else the least recently verified one of those places.
+
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+mod file;
+pub use file::TableFile;
+
+/// Word 0 of every table.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"MAMETAT1");
+/// The layout this code reads and writes.
+pub const VERSION: u64 = 1;
+/// Words before the first entry.
+pub const HEADER_WORDS: usize = 8;
+/// Words per entry.
+pub const ENTRY_WORDS: usize = 16;
+/// Places an entry may occupy, from its home place on.
+pub const PROBES: usize = 8;
+/// Longest ETag an entry holds; objects with longer ETags are not published (their reads take the
+/// proxy, as before).
+pub const MAX_ETAG: usize = 64;
+
+const SEQ: usize = 0;
+const KEY_LO: usize = 1;
+const KEY_HI: usize = 2;
+const SIZE: usize = 3;
+const VERIFIED: usize = 4;
+const ETAG_LEN: usize = 5;
+const ETAG: usize = 6;
+const ETAG_WORDS: usize = MAX_ETAG / 8;
+const LAST_MODIFIED: usize = ETAG + ETAG_WORDS;
+
+/// Bytes of a table of `capacity` entries.
+pub fn table_len(capacity: usize) -> usize {
+    (HEADER_WORDS + capacity * ENTRY_WORDS) * 8
+}
+
+/// The hash a URL (as the proxies spell it, `ObjectUrl::to_string`) is published under.
+pub fn url_key(url: &str) -> u128 {
+    // Seeded apart from chunk ids, which hash other bytes with the same function.
+    xxhash_rust::xxh3::xxh3_128_with_seed(url.as_bytes(), 0x6d65_7461_7461_626c)
+}
+
+/// What a table says of one object.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Published {
+    pub size: u64,
+    pub etag: String,
+    /// The object's Last-Modified, ms since the Unix epoch (0 when unknown).
+    pub last_modified_ms: i64,
+    /// When the ETag was last verified with the origin, ms since the Unix epoch.
+    pub verified_ms: u64,
+}
+
+/// Why words cannot be used as a table.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    #[error("not a metadata table (bad magic or layout version)")]
+    NotATable,
+    #[error("the table's capacity {0} is not a power of two that fits its file")]
+    BadCapacity(u64),
+}
+
+/// A table over mapped words (see the module docs). Reading is safe from any number of threads and
+/// processes; [`MetaTable::publish`] and [`MetaTable::withdraw`] need a single writer at a time.
+pub struct MetaTable<'a> {
+    words: &'a [AtomicU64],
+    capacity: usize,
+    ttl_ms: u64,
+}
+
+impl<'a> MetaTable<'a> {
+    /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
+    /// to a power of two.
+    pub fn init(words: &'a [AtomicU64], ttl_ms: u64) -> Result<MetaTable<'a>, TableError> {
+        let fit = words.len().saturating_sub(HEADER_WORDS) / ENTRY_WORDS;
+        if fit == 0 {
+            return Err(TableError::BadCapacity(0));
+        }
+        let capacity = 1usize << fit.ilog2();
+        words[1].store(VERSION, Ordering::Relaxed);
+        words[2].store(capacity as u64, Ordering::Relaxed);
+        words[3].store(ttl_ms, Ordering::Relaxed);
+        // The magic last: a reader that sees it sees the rest of the header.
+        words[0].store(MAGIC, Ordering::Release);
+        Ok(MetaTable { words, capacity, ttl_ms })
+    }
+
+    /// Opens the table in `words`, checking its header.
+    pub fn open(words: &'a [AtomicU64]) -> Result<MetaTable<'a>, TableError> {
+        if words.len() < HEADER_WORDS
+            || words[0].load(Ordering::Acquire) != MAGIC
+            || words[1].load(Ordering::Relaxed) != VERSION
+        {
+            return Err(TableError::NotATable);
+        }
+        let capacity = words[2].load(Ordering::Relaxed);
+        let fits = usize::try_from(capacity)
+            .ok()
+            .and_then(|c| c.checked_mul(ENTRY_WORDS))
+            .and_then(|w| w.checked_add(HEADER_WORDS))
+            .is_some_and(|w| w <= words.len());
+        if !capacity.is_power_of_two() || !fits {
+            return Err(TableError::BadCapacity(capacity));
+        }
+        let ttl_ms = words[3].load(Ordering::Relaxed);
+        Ok(MetaTable { words, capacity: capacity as usize, ttl_ms })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How long an entry is trusted after its verification (the fleet's metadata TTL).
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+
+    fn entry(&self, place: usize) -> &'a [AtomicU64] {
+        let start = HEADER_WORDS + (place & (self.capacity - 1)) * ENTRY_WORDS;
+        &self.words[start..start + ENTRY_WORDS]
+    }
+
+    fn places(&self, key: u128) -> impl Iterator<Item = &'a [AtomicU64]> + '_ {
+        let home = key as usize;
+        (0..PROBES.min(self.capacity)).map(move |i| self.entry(home.wrapping_add(i)))
+    }
+
+    /// What the table says of the URL hashed to `key` (see [`url_key`]), whatever its age: the caller
+    /// checks `verified_ms` against [`MetaTable::ttl_ms`].
+    pub fn lookup(&self, key: u128) -> Option<Published> {
+        for entry in self.places(key) {
+            match read_entry(entry)? {
+                Slot::Never => return None,
+                Slot::Holds(k, published) if k == key => return Some(published),
+                Slot::Holds(..) => {}
+            }
+        }
+        None
+    }
+
+    /// Publishes `published` for the URL hashed to `key`; false (nothing written) for an ETag longer
+    /// than [`MAX_ETAG`] or empty. Single writer.
+    pub fn publish(&self, key: u128, published: &Published) -> bool {
+        let etag = published.etag.as_bytes();
+        if etag.is_empty() || etag.len() > MAX_ETAG || key == 0 {
+            if key != 0 {
+                self.withdraw(key); // an older version's entry must not outlive this one
+            }
+            return false;
+        }
+        let mut free = None;
+        let mut oldest: Option<(u64, &[AtomicU64])> = None;
+        let mut own = None;
+        for entry in self.places(key) {
+            let (k, verified) = (key_of(entry), entry[VERIFIED].load(Ordering::Relaxed));
+            if k == key {
+                own = Some(entry);
+                break;
+            }
+            if k == 0 {
+                free.get_or_insert(entry);
+            } else if oldest.is_none_or(|(at, _)| verified < at) {
+                oldest = Some((verified, entry));
+            }
+        }
+        let Some(entry) = own.or(free).or(oldest.map(|(_, e)| e)) else { return false };
+        let mut etag_words = [0u64; ETAG_WORDS];
+        for (i, b) in etag.iter().enumerate() {
+            etag_words[i / 8] |= u64::from(*b) << (8 * (i % 8));
+        }
+        write_entry(entry, |e| {
+            e[KEY_LO].store(key as u64, Ordering::Relaxed);
+            e[KEY_HI].store((key >> 64) as u64, Ordering::Relaxed);
+            e[SIZE].store(published.size, Ordering::Relaxed);
+            e[VERIFIED].store(published.verified_ms, Ordering::Relaxed);
+            e[ETAG_LEN].store(etag.len() as u64, Ordering::Relaxed);
+            e[LAST_MODIFIED].store(published.last_modified_ms as u64, Ordering::Relaxed);
+            for (w, v) in e[ETAG..ETAG + ETAG_WORDS].iter().zip(etag_words) {
+                w.store(v, Ordering::Relaxed);
+            }
+        });
+        true
+    }
+
+    /// Removes what the table says of the URL hashed to `key` (the object changed or is gone).
+    /// Single writer.
+    pub fn withdraw(&self, key: u128) {
+        for entry in self.places(key) {
+            if key_of(entry) == key {
+                write_entry(entry, |e| {
+                    e[KEY_LO].store(0, Ordering::Relaxed);
+                    e[KEY_HI].store(0, Ordering::Relaxed);
+                });
+            }
+        }
+    }
+}
+
+/// The writer's view of an entry's key (it is the only writer, so no sequence check is needed).
+fn key_of(entry: &[AtomicU64]) -> u128 {
+    u128::from(entry[KEY_LO].load(Ordering::Relaxed))
+        | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
+}
+
+/// Writes an entry under its sequence number: odd while the fields change, even again after.
+fn write_entry(entry: &[AtomicU64], fields: impl FnOnce(&[AtomicU64])) {
+    let seq = entry[SEQ].load(Ordering::Relaxed);
+    let seq = seq + (seq & 1); // a writer that died mid-write left it odd: take it from there
+    entry[SEQ].store(seq + 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    fields(entry);
+    entry[SEQ].store(seq + 2, Ordering::Release);
+}
+
+enum Slot {
+    Never,
+    Holds(u128, Published),
+}
+
+/// A consistent copy of an entry; `None` when a writer kept changing it (the caller asks the proxy).
+fn read_entry(entry: &[AtomicU64]) -> Option<Slot> {
+    for _ in 0..16 {
+        let before = entry[SEQ].load(Ordering::Acquire);
+        if before == 0 {
+            return Some(Slot::Never);
+        }
+        if before & 1 == 1 {
+            std::hint::spin_loop();
+            continue;
+        }
+        let key = u128::from(entry[KEY_LO].load(Ordering::Relaxed))
+            | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64;
+        let size = entry[SIZE].load(Ordering::Relaxed);
+        let verified_ms = entry[VERIFIED].load(Ordering::Relaxed);
+        let len = entry[ETAG_LEN].load(Ordering::Relaxed);
+        let last_modified_ms = entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64;
+        let mut etag = [0u8; MAX_ETAG];
+        for (i, w) in entry[ETAG..ETAG + ETAG_WORDS].iter().enumerate() {
+            etag[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+        }
+        fence(Ordering::Acquire);
+        if entry[SEQ].load(Ordering::Relaxed) != before {
+            continue;
+        }
+        // A consistent copy; what it holds is checked as any input is.
+        let Some(etag) = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok()) else {
+            return Some(Slot::Holds(0, Published::default()));
+        };
+        return Some(Slot::Holds(
+            key,
+            Published { size, etag: etag.to_string(), last_modified_ms, verified_ms },
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(capacity: usize) -> Vec<AtomicU64> {
+        (0..table_len(capacity) / 8).map(|_| AtomicU64::new(0)).collect()
+    }
+
+    fn published(etag: &str, size: u64) -> Published {
+        Published { size, etag: etag.into(), last_modified_ms: -5, verified_ms: 1_700_000_000_000 + size }
+    }
+
+    #[test]
+    fn what_is_published_is_found_and_what_is_withdrawn_is_not() {
+        let w = words(64);
+        let table = MetaTable::init(&w, 60_000).unwrap();
+        let (a, b) = (url_key("s3://b/a"), url_key("s3://b/b"));
+        assert_eq!(table.lookup(a), None);
+        assert!(table.publish(a, &published("\"etag-a\"", 10)));
+        assert!(table.publish(b, &published("\"etag-b\"", 20)));
+        assert_eq!(table.lookup(a), Some(published("\"etag-a\"", 10)));
+        assert!(table.publish(a, &published("\"etag-a2\"", 11)));
+        assert_eq!(table.lookup(a), Some(published("\"etag-a2\"", 11)));
+        table.withdraw(a);
+        assert_eq!(table.lookup(a), None);
+        assert_eq!(table.lookup(b), Some(published("\"etag-b\"", 20)));
+        // A reader's view of the same words.
+        let other = MetaTable::open(&w).unwrap();
+        assert_eq!((other.capacity(), other.ttl_ms()), (64, 60_000));
+        assert_eq!(other.lookup(b), Some(published("\"etag-b\"", 20)));
+    }
+
+    #[test]
+    fn a_long_or_empty_etag_is_not_published_and_withdraws_the_old_one() {
+        let w = words(16);
+        let table = MetaTable::init(&w, 1000).unwrap();
+        let k = url_key("s3://b/k");
+        assert!(table.publish(k, &published("short", 1)));
+        assert!(!table.publish(k, &published(&"x".repeat(MAX_ETAG + 1), 2)));
+        assert_eq!(table.lookup(k), None, "the old version's entry went");
+        assert!(table.publish(k, &published(&"y".repeat(MAX_ETAG), 3)));
+        assert_eq!(table.lookup(k).unwrap().etag.len(), MAX_ETAG);
+        assert!(!table.publish(k, &published("", 4)));
+        assert_eq!(table.lookup(k), None);
+    }
+
+    #[test]
+    fn a_full_neighbourhood_gives_up_its_least_recently_verified_entry() {
+        let w = words(8);
+        let table = MetaTable::init(&w, 1000).unwrap();
+        // Nine keys for eight places: each probes all of them.
+        let keys: Vec<u128> = (0..9).map(|i| url_key(&format!("s3://b/{i}"))).collect();
+        for (i, k) in keys.iter().enumerate() {
+            assert!(table.publish(*k, &published("e", i as u64)));
+        }
+        assert_eq!(table.lookup(keys[0]), None, "the oldest made room");
+        for k in &keys[1..] {
+            assert!(table.lookup(*k).is_some());
+        }
+    }
+
+    #[test]
+    fn headers_that_are_not_a_table_are_refused() {
+        let w = words(8);
+        assert_eq!(MetaTable::open(&w).err(), Some(TableError::NotATable));
+        MetaTable::init(&w, 1).unwrap();
+        w[2].store(3, Ordering::Relaxed);
+        assert_eq!(MetaTable::open(&w).err(), Some(TableError::BadCapacity(3)));
+        w[2].store(1 << 40, Ordering::Relaxed);
+        assert_eq!(MetaTable::open(&w).err(), Some(TableError::BadCapacity(1 << 40)));
+        assert!(MetaTable::init(&w[..4], 1).is_err());
+        // Garbage in an entry's fields is refused, not trusted.
+        let table = MetaTable::init(&w, 1).unwrap();
+        let k = url_key("s3://b/x");
+        table.publish(k, &published("e", 1));
+        for i in 0..8 {
+            let e = table.entry(i);
+            if key_of(e) == k {
+                e[ETAG_LEN].store(1000, Ordering::Relaxed);
+            }
+        }
+        assert_eq!(table.lookup(k), None);
+    }
+
+    /// Readers racing one writer never see a mix of two entries: every entry they find is one that
+    /// was published whole.
+    #[test]
+    fn readers_racing_a_writer_see_whole_entries_only() {
+        let w = words(64);
+        let table = MetaTable::init(&w, 1000).unwrap();
+        let keys: Vec<u128> = (0..32).map(|i| url_key(&format!("s3://b/{i}"))).collect();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    let reader = MetaTable::open(&w).unwrap();
+                    let mut seen = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        for k in &keys {
+                            if let Some(p) = reader.lookup(*k) {
+                                // Version v of a key has size v and ETag "v-<v>" padded to v % 64.
+                                let want = format!("v-{}", p.size);
+                                let want =
+                                    format!("{want:x<width$}", width = (p.size % 50) as usize + want.len());
+                                assert_eq!(p.etag, want, "a torn entry");
+                                seen += 1;
+                            }
+                        }
+                    }
+                    assert!(seen > 0);
+                });
+            }
+            for v in 0..20_000u64 {
+                let k = keys[(v % 32) as usize];
+                let etag = format!("v-{v}");
+                let etag = format!("{etag:x<width$}", width = (v % 50) as usize + etag.len());
+                if v % 7 == 0 {
+                    table.withdraw(k);
+                } else {
+                    table.publish(k, &Published { size: v, etag, last_modified_ms: 0, verified_ms: v });
+                }
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
