@@ -11,27 +11,31 @@ use memarts_shim::Stream;
 use crate::access::{access, AboutUrl};
 use crate::cli::{Common, StatArgs, UrlArgs};
 
-/// Bytes `cat` hands to stdout per write; the stream keeps its read-ahead window in flight
-/// meanwhile, so memory stays bounded by that window plus this buffer.
-const WRITE: usize = 1 << 20;
-
+/// `memarts cat URL`: the object to stdout, through a stream (read-ahead window; warm chunks read
+/// straight from their files), each chunk handed to stdout as it is, so memory stays bounded by the
+/// window.
 pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
     let access = Arc::new(access(common)?);
-    let mut stream = Stream::open(access, &args.url).about(&args.url)?;
+    let mut stream = Stream::open(access.clone(), &args.url).about(&args.url)?;
     let size = stream.size();
-    let mut buf = vec![0u8; WRITE.min(size as usize)];
     let mut out = std::io::stdout().lock();
-    while stream.position() < size {
-        let n = stream.read(&mut buf[..]).about(&args.url)?;
-        if n == 0 {
-            anyhow::bail!("{}: object ended at {} of {size} bytes", args.url, stream.position());
+    // Straight from the fetched chunks to the output: no copy through a buffer of ours.
+    let copied = stream.copy_to(|piece| out.write_all(piece));
+    // The stream's workers may outlive this function (the process ends first): what was read
+    // directly from the chunk files is reported now, so that the slots count it.
+    access.report_direct_reads();
+    match copied {
+        Err(memarts_shim::Error::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            return Ok(ExitCode::SUCCESS);
         }
-        match out.write_all(&buf[..n]) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-            r => r?,
-        }
+        Err(e) => return Err(e).about(&args.url),
+        Ok(n) if n < size => anyhow::bail!("{}: object ended at {n} of {size} bytes", args.url),
+        Ok(_) => {}
     }
-    out.flush()?;
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        r => r?,
+    }
     Ok(ExitCode::SUCCESS)
 }
 

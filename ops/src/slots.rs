@@ -10,6 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use memarts_protocol::layout::meta_table_path;
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -64,6 +65,8 @@ pub(crate) fn clean_stale(run_dir: &Path) -> Result<usize> {
         let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else { continue };
         let socket = memarts_proxy::config::socket_path(run_dir, slot);
         removed += usize::from(std::fs::remove_file(&socket).is_ok());
+        // Its metadata table too: clients must not read by the ownership of a slot that is gone.
+        removed += usize::from(std::fs::remove_file(meta_table_path(run_dir, slot)).is_ok());
         removed += usize::from(std::fs::remove_file(&path).is_ok());
         drop(lock);
     }
@@ -73,6 +76,13 @@ pub(crate) fn clean_stale(run_dir: &Path) -> Result<usize> {
         if let Some(slot) = name.strip_prefix("proxy-").and_then(|s| s.strip_suffix(".sock")) {
             let pid = run_dir.join(format!("proxy-{slot}.pid"));
             if !pid.exists() && std::os::unix::net::UnixStream::connect(entry.path()).is_err() {
+                removed += usize::from(std::fs::remove_file(entry.path()).is_ok());
+            }
+        }
+        // Metadata tables of slots with no pid file (a fleet that shrank, a slot killed before it
+        // wrote one).
+        if let Some(slot) = name.strip_prefix("meta-").and_then(|s| s.strip_suffix(".table")) {
+            if !run_dir.join(format!("proxy-{slot}.pid")).exists() {
                 removed += usize::from(std::fs::remove_file(entry.path()).is_ok());
             }
         }

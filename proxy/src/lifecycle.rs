@@ -147,25 +147,6 @@ pub fn announce(readiness: &Readiness) {
     }
 }
 
-/// Entries of a slot's metadata table: 64 MiB of sparse file at most (entries take room only where
-/// they land), and four million objects for a fleet of 8.
-const META_TABLE_ENTRIES: usize = 1 << 19;
-
-/// Creates the slot's metadata table, from which shims of the fleet's uid read warm objects with no
-/// round trip (`engine/direct.rs`). Not where nothing is cached or the metadata is never trusted
-/// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the direct hits.
-fn publish_metadata(cfg: &crate::config::FleetConfig, slot: u32, engine: &crate::engine::Engine) {
-    let ttl = cfg.meta_ttl();
-    if cfg.passthrough || ttl.is_zero() {
-        return;
-    }
-    let path = memarts_protocol::layout::meta_table_path(&cfg.run_dir, slot);
-    match memarts_protocol::meta_table::TableFile::create(&path, META_TABLE_ENTRIES, ttl.as_millis() as u64) {
-        Ok(table) => engine.publish_metadata(table),
-        Err(e) => tracing::warn!("no direct hits: cannot create {}: {e}", path.display()),
-    }
-}
-
 /// The whole life of a slot process: set up, announce readiness, serve, drain, exit. Logs through
 /// whatever `tracing` subscriber the binary installed.
 pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
@@ -224,7 +205,7 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         if let Some(w) = &warning {
             tracing::warn!("{w}");
         }
-        publish_metadata(&cfg, slot, &engine);
+        crate::publish_metadata(&cfg, slot, &engine);
         let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
         if let Some(settings) = &cfg.cluster {

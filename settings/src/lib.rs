@@ -70,6 +70,7 @@ vars! {
     "MEMARTS_TIMEOUT", Client, "seconds a call retries a slot that is down or restarting (default 30)";
     "MEMARTS_SPIN_US", Client, "microseconds a client and a proxy poll their socket before blocking, 0 to 10000 (default 100)";
     "MEMARTS_TRUSTED_UIDS", Client, "uids or user names whose fleets a client trusts besides its own (e.g. root)";
+    "MEMARTS_DIRECT_READS", Client, "0: never read chunk files directly, every read asks a proxy (default 1: warm reads of the fleet's own uid need no round trip)";
     "MOX_OBS_TO_MOUNT_PATH", Python, "object prefixes read from local mounts: obs://a=/cache/a;obs://b=/cache/b";
     "MOX_AUTO_READ_META_FREE", Python, "1: read behaves as read_meta_free";
     "USE_METADATA_CACHE", Python, "1: a persistent metadata cache for read, copy and copy_parallel";
@@ -116,6 +117,8 @@ pub struct Settings {
     pub spin: Option<Duration>,
     /// `None` when unset: the CLI's config file may still list some.
     pub trusted_uids: Option<Vec<u32>>,
+    /// `MEMARTS_DIRECT_READS` (default true): warm reads straight from the chunk files.
+    pub direct_reads: bool,
     pub mounts: Vec<(String, String)>,
     pub auto_read_meta_free: bool,
     pub use_metadata_cache: bool,
@@ -168,6 +171,7 @@ impl Settings {
             timeout: env.opt("MEMARTS_TIMEOUT", parse::seconds)?.unwrap_or(Duration::from_secs(30)),
             spin: env.opt("MEMARTS_SPIN_US", parse::spin_us)?,
             trusted_uids: env.opt("MEMARTS_TRUSTED_UIDS", parse::uids)?,
+            direct_reads: env.opt("MEMARTS_DIRECT_READS", parse::flag)?.unwrap_or(true),
             mounts: env.opt("MOX_OBS_TO_MOUNT_PATH", parse::mounts)?.unwrap_or_default(),
             auto_read_meta_free: env.flag("MOX_AUTO_READ_META_FREE")?,
             use_metadata_cache: env.flag("USE_METADATA_CACHE")?,

@@ -39,6 +39,8 @@ pub struct Client {
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
     /// Slots that failed to take hints, and until when they get none.
     prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
+    /// Warm reads straight from the chunk files (`direct.rs`), for a fleet of our own uid.
+    pub(crate) direct: Option<crate::direct::Direct>,
 }
 
 #[derive(serde::Deserialize)]
@@ -81,6 +83,13 @@ pub(crate) fn parse(url: &str) -> Result<ObjectUrl> {
     ObjectUrl::parse(&absolutize(url)?).map_err(|e| Error::BadRequest(e.to_string()))
 }
 
+impl Drop for Client {
+    /// Reports the direct reads not reported yet, so that their chunks count as read.
+    fn drop(&mut self) {
+        self.report_direct_reads();
+    }
+}
+
 fn is_transient(e: &Error) -> bool {
     matches!(e, Error::Io(_) | Error::Unavailable(_))
 }
@@ -91,7 +100,9 @@ impl Client {
     pub fn new(cfg: ShimConfig) -> Result<Client> {
         let owner = crate::trust::check_run_dir(&cfg.run_dir, &cfg.trusted_uids)?;
         let slots = fleet_slots(&cfg.run_dir)?;
+        let direct = if cfg.direct_reads { crate::direct::Direct::new(&cfg.run_dir, owner) } else { None };
         Ok(Client {
+            direct,
             cfg,
             owner,
             slots: AtomicU32::new(slots),
@@ -112,6 +123,27 @@ impl Client {
 
     pub fn slots(&self) -> u32 {
         self.slots.load(Ordering::Relaxed)
+    }
+
+    /// What direct reads did in this process (`None`: this client reads through the proxies only:
+    /// a fleet of another uid, or `MEMARTS_DIRECT_READS=0`).
+    pub fn direct_counters(&self) -> Option<&crate::direct::DirectCounters> {
+        self.direct.as_ref().map(|d| &d.counters)
+    }
+
+    /// Reports direct reads to their slots (`Request::Touched`), best effort: a slot that cannot be
+    /// reached only loses the counts (its eviction sees those chunks as less recently read).
+    pub(crate) fn report_touches(&self, batches: Vec<(u32, Vec<memarts_protocol::Touch>)>) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        for (slot, touches) in batches {
+            for part in touches.chunks(memarts_protocol::MAX_TOUCHES) {
+                let request = Request::Touched(part.to_vec());
+                let _ = self.with_slot(slot, deadline, |conn| {
+                    let reply = conn.call(&request)?;
+                    expect_answer!(reply.response, "Touched", Response::Touched { counted } => counted)
+                });
+            }
+        }
     }
 
     fn pools(&self) -> std::sync::MutexGuard<'_, Pools> {
@@ -161,6 +193,28 @@ impl Client {
         }
         if pools.per_slot[idx].len() < POOL_PER_SLOT {
             pools.per_slot[idx].push(conn);
+        }
+    }
+
+    /// Reports every direct read not reported yet to its slot now (they go in batches otherwise: at
+    /// the latest 100 ms after a read, at the next read, or when the client goes), so that the
+    /// fleet's counters include this client's reads: before asking for them.
+    pub fn report_direct_reads(&self) {
+        if let Some(direct) = &self.direct {
+            let rest = direct.take_touches();
+            if !rest.is_empty() {
+                self.report_touches(rest);
+            }
+        }
+    }
+
+    /// After a direct read: reports the reads due (a batch is full, or waited long enough).
+    pub(crate) fn after_direct_read(&self) {
+        if let Some(direct) = &self.direct {
+            let due = direct.due();
+            if !due.is_empty() {
+                self.report_touches(due);
+            }
         }
     }
 

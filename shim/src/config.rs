@@ -32,6 +32,10 @@ pub struct ShimConfig {
     /// its reader (default 64 MiB, at least one chunk). The window starts at one chunk and doubles
     /// with each chunk read in order up to this bound.
     pub readahead: u64,
+    /// Read warm objects straight from the fleet's chunk files, with no round trip to a proxy
+    /// (`MEMARTS_DIRECT_READS`, default on; only for a fleet of the client's own uid). See
+    /// [`crate::direct`].
+    pub direct_reads: bool,
 }
 
 impl Default for ShimConfig {
@@ -56,6 +60,7 @@ impl ShimConfig {
             spin: s.spin.unwrap_or(memarts_protocol::spin::DEFAULT_SPIN),
             trusted_uids: s.trusted_uids.clone().unwrap_or_default(),
             readahead: DEFAULT_READAHEAD,
+            direct_reads: s.direct_reads,
         }
     }
 

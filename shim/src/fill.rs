@@ -103,6 +103,45 @@ pub fn pread_exact(fd: &impl AsRawFd, room: &mut Room, offset: u64) -> io::Resul
     })
 }
 
+/// Fills `first`, then `second`, from `fd` at `offset` on: one `preadv` for both, the rest (after a
+/// short read) with `pread`s. End of file first is `UnexpectedEof`.
+pub fn preadv_exact(fd: RawFd, first: &mut Room, second: &mut Room, offset: u64) -> io::Result<()> {
+    let at = libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+    let iov = [
+        libc::iovec { iov_base: first.as_mut_ptr().cast(), iov_len: first.len() },
+        libc::iovec { iov_base: second.as_mut_ptr().cast(), iov_len: second.len() },
+    ];
+    let read = loop {
+        // SAFETY: each iovec spans a room we borrow mutably for the call; the kernel writes at most
+        // `iov_len` bytes into each.
+        let n = unsafe { libc::preadv(fd, iov.as_ptr(), 2, at) };
+        if n >= 0 {
+            break n as usize;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    };
+    let file = BorrowedRaw(fd);
+    if read < first.len() {
+        pread_exact(&file, &mut first[read..], offset + read as u64)?;
+        return pread_exact(&file, second, offset + first.len() as u64);
+    }
+    let done = read - first.len();
+    pread_exact(&file, &mut second[done..], offset + read as u64)
+}
+
+/// A raw descriptor the caller keeps open, for the helpers that take `impl AsRawFd`.
+struct BorrowedRaw(RawFd);
+
+impl AsRawFd for BorrowedRaw {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
+    }
+}
+
 /// Fills all of `room` from the stream `fd` (`read`), honouring its receive timeout.
 pub fn read_exact(fd: &impl AsRawFd, room: &mut Room) -> io::Result<()> {
     // SAFETY: as in `pread_exact`: the kernel writes at most `len` bytes at `ptr`, inside `room`.
@@ -135,6 +174,20 @@ fn fill_with(
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn preadv_fills_both_rooms_in_order_and_reports_a_short_file() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&data).unwrap();
+        let (mut a, mut b) = (vec![0u8; 100], vec![0u8; 5000]);
+        preadv_exact(file.as_raw_fd(), as_room(&mut a), as_room(&mut b), 7).unwrap();
+        assert_eq!(a[..], data[7..107]);
+        assert_eq!(b[..], data[107..5107]);
+        let mut c = vec![0u8; 9950];
+        let err = preadv_exact(file.as_raw_fd(), as_room(&mut a), as_room(&mut c), 7).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
 
     #[test]
     fn fills_from_files_and_streams_and_reports_short_ones() {

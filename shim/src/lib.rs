@@ -8,6 +8,9 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - [`direct`]: warm chunks read straight from their files (the version from the slots' published
+//!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
+//!   batches.
 //! - [`stream`]: a sequential reader of one pinned version that keeps a growing window of chunk
 //!   fetches in flight on background threads (read-ahead for `cat`, Python `File` reads).
 //! - [`prefetch`]: hints of what will be read next, each sent to the slot its read starts at.
@@ -24,6 +27,7 @@ mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
+pub mod direct;
 mod download;
 pub mod error;
 mod fill;

@@ -11,6 +11,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 
 use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
 use crate::client::{parse, Client};
+use crate::direct::Found;
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room, Sink, VecSink};
 
@@ -58,6 +59,16 @@ impl Client {
         let url_text = parsed.to_string();
         let cs = self.cfg.chunk_size;
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
+        // A warm object whose version the slot published: its chunks straight from their files.
+        if let Some(meta) = self.direct.as_ref().filter(|_| !refresh).and_then(|d| d.meta(&url_text, slot)) {
+            let size =
+                usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
+            sink.reserve(size)?;
+            if size > 0 {
+                self.read_at(&url_text, &meta, 0, sink.room())?;
+            }
+            return Ok(meta);
+        }
         let deadline = Instant::now() + self.cfg.deadline;
         let (meta, warm) =
             self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, refresh, sink))?;
@@ -182,15 +193,26 @@ impl Client {
         let start = piece.index * t.chunk_size;
         let chunk_len = (t.size - start).min(t.chunk_size) as usize;
         let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
-        let req = t.request(piece.index);
+        let mut req = t.request(piece.index);
         if piece.skip == 0 && piece.dst.len() == chunk_len {
+            match self.read_chunk_direct(t, piece.index, slot, piece.dst) {
+                Found::Served => return Ok(()),
+                Found::Corrupt => req.recheck = true,
+                Found::Absent => {}
+            }
             return self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, piece.dst));
         }
         let mut whole: Vec<u8> = Vec::with_capacity(chunk_len);
-        self.with_slot(slot, deadline, |conn| {
-            read_chunk(conn, &req, &mut whole.spare_capacity_mut()[..chunk_len])
-        })?;
-        // SAFETY: read_chunk returned Ok, so it wrote all `chunk_len` bytes of the spare capacity.
+        let room = &mut whole.spare_capacity_mut()[..chunk_len];
+        match self.read_chunk_direct(t, piece.index, slot, room) {
+            Found::Served => {}
+            found => {
+                req.recheck = found == Found::Corrupt;
+                self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, room))?;
+            }
+        }
+        // SAFETY: the direct read was served or read_chunk returned Ok: either wrote all
+        // `chunk_len` bytes of the spare capacity.
         unsafe { whole.set_len(chunk_len) };
         let wanted = &whole[piece.skip..piece.skip + piece.dst.len()];
         for (d, s) in piece.dst.iter_mut().zip(wanted) {
@@ -236,6 +258,19 @@ fn plan<'a>(t: &Target<'_>, offset: u64, mut dst: &'a mut Room) -> Vec<Piece<'a>
 
 /// Runs `job` over `jobs` (taken from the back) on at most `workers` threads, the calling one
 /// included; stops handing out jobs after the first failure and returns it.
+impl Client {
+    /// Chunk `index` of the target straight from its file, when direct reads are on (see
+    /// `direct.rs`); `Absent` otherwise.
+    fn read_chunk_direct(&self, t: &Target<'_>, index: u64, slot: u32, dst: &mut Room) -> Found {
+        let Some(direct) = &self.direct else { return Found::Absent };
+        let found = direct.read_chunk(t.url, t.etag, t.chunk_size, index, slot, dst);
+        if found == Found::Served {
+            self.after_direct_read();
+        }
+        found
+    }
+}
+
 fn run_parallel<T: Send>(workers: usize, jobs: Vec<T>, job: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let workers = workers.clamp(1, jobs.len().max(1));
     let queue = Mutex::new(jobs);

@@ -47,6 +47,30 @@ struct Window {
     chunks: BTreeMap<u64, Slot>,
     /// Chunks waiting for a worker, lowest first.
     queue: VecDeque<u64>,
+    /// Buffers of chunks the reader has left behind, for the next fetches: a stream of any length
+    /// touches a window's worth of fresh memory once (each new buffer costs a page fault per page,
+    /// as much as copying it), not the whole object.
+    free: Vec<Vec<u8>>,
+}
+
+impl Window {
+    /// Drops the chunks behind `index`, keeping their buffers for later fetches (at most `keep`).
+    fn leave_behind(&mut self, index: u64, keep: usize) {
+        let behind: Vec<u64> = self.chunks.range(..index).map(|(i, _)| *i).collect();
+        for i in behind {
+            if let Some(Slot::Ready(data)) = self.chunks.remove(&i) {
+                if self.free.len() < keep {
+                    if let Ok(buf) = Arc::try_unwrap(data) {
+                        self.free.push(buf);
+                    }
+                }
+            }
+        }
+    }
+
+    fn take_buffer(&mut self) -> Vec<u8> {
+        self.free.pop().unwrap_or_default()
+    }
 }
 
 /// The state the reader shares with its workers.
@@ -75,18 +99,23 @@ impl Target {
         (self.meta.size - index * self.chunk_size).min(self.chunk_size) as usize
     }
 
-    /// Chunk `index` of the pinned version, whole.
-    fn fetch(&self, index: u64) -> Result<Vec<u8>> {
+    /// Chunk `index` of the pinned version, whole, in `data` (a recycled buffer, or a new one):
+    /// written into its spare capacity, never zeroed first.
+    fn fetch(&self, index: u64, mut data: Vec<u8>) -> Result<Vec<u8>> {
         let len = self.chunk_len(index);
-        let mut data = vec![0u8; len];
+        data.clear();
+        data.reserve_exact(len);
         let client: &Client = (*self.source).as_ref();
-        let n = client.read_at(&self.url, &self.meta, index * self.chunk_size, &mut data[..])?;
+        let room = &mut data.spare_capacity_mut()[..len];
+        let n = client.read_at(&self.url, &self.meta, index * self.chunk_size, &mut *room)?;
         if n != len {
             return Err(Error::Stale(format!(
                 "{}: changed during the read (chunk {index} ended after {n} of {len} bytes)",
                 self.url
             )));
         }
+        // SAFETY: read_at returned Ok(len): it wrote the first `len` bytes of the spare capacity.
+        unsafe { data.set_len(len) };
         Ok(data)
     }
 }
@@ -208,14 +237,7 @@ impl Stream {
         let mut done = 0usize;
         while self.pos < end {
             let index = self.pos / cs;
-            if self.last_chunk != Some(index) {
-                if self.last_chunk.is_some_and(|c| c + 1 == index) || self.pos == 0 {
-                    self.ahead = (self.ahead * 2).max(1).min(self.max_ahead);
-                }
-                self.last_chunk = Some(index);
-                self.schedule(index);
-            }
-            let chunk = self.chunk(index)?;
+            let chunk = self.enter(index)?;
             let skip = (self.pos - index * cs) as usize;
             let take = (chunk.len() - skip).min((end - self.pos) as usize);
             buf[done..done + take].copy_from_slice(&chunk[skip..skip + take]);
@@ -226,12 +248,42 @@ impl Stream {
         Ok(done)
     }
 
+    /// Hands the rest of the stream to `write`, piece by piece, straight from the fetched chunks
+    /// (no copy into a buffer of the caller's): how `memarts cat` streams an object to its output.
+    /// An error of `write` ends the copy as [`Error::Io`]. Returns the bytes written.
+    pub fn copy_to(&mut self, mut write: impl FnMut(&[u8]) -> std::io::Result<()>) -> Result<u64> {
+        let (size, cs, start) = (self.target.meta.size, self.target.chunk_size, self.pos);
+        while self.pos < size {
+            self.last_end = self.pos;
+            let index = self.pos / cs;
+            let chunk = self.enter(index)?;
+            let skip = (self.pos - index * cs) as usize;
+            write(&chunk[skip..])?;
+            self.pos += (chunk.len() - skip) as u64;
+        }
+        self.last_end = self.pos;
+        Ok(self.pos - start)
+    }
+
+    /// Chunk `index`, which the reader has just reached: the window grows when the reader went on
+    /// in order, and is scheduled ahead of it.
+    fn enter(&mut self, index: u64) -> Result<Arc<Vec<u8>>> {
+        if self.last_chunk != Some(index) {
+            if self.last_chunk.is_some_and(|c| c + 1 == index) || self.pos == 0 {
+                self.ahead = (self.ahead * 2).max(1).min(self.max_ahead);
+            }
+            self.last_chunk = Some(index);
+            self.schedule(index);
+        }
+        self.chunk(index)
+    }
+
     /// Drops the chunks behind `index` and queues the window ahead of it; starts the workers the
     /// first time there is something ahead.
     fn schedule(&mut self, index: u64) {
         let chunks = self.target.meta.size.div_ceil(self.target.chunk_size);
         let mut w = self.shared.lock();
-        w.chunks.retain(|&i, _| i >= index);
+        w.leave_behind(index, self.max_ahead as usize + self.workers + 1);
         let mut added = false;
         for i in (index + 1..chunks).take(self.ahead as usize) {
             if let std::collections::btree_map::Entry::Vacant(e) = w.chunks.entry(i) {
@@ -292,8 +344,9 @@ impl Stream {
                 }
             }
         }
+        let buf = w.take_buffer();
         drop(w);
-        let result = self.target.fetch(index).map(Arc::new);
+        let result = self.target.fetch(index, buf).map(Arc::new);
         let mut w = self.shared.lock();
         match &result {
             Ok(data) => w.chunks.insert(index, Slot::Ready(data.clone())),
@@ -337,8 +390,9 @@ fn work(target: &Target, shared: &Shared) {
                 None => w = shared.changed.wait(w).unwrap_or_else(|p| p.into_inner()),
             }
         };
+        let buf = w.take_buffer();
         drop(w);
-        let result = target.fetch(index);
+        let result = target.fetch(index, buf);
         let mut w = shared.lock();
         // Only a chunk still wanted is kept (a seek may have dropped it meanwhile).
         if let Some(slot @ Slot::Pending) = w.chunks.get_mut(&index) {

@@ -61,8 +61,9 @@ fn auto_falls_back_to_pread_when_seccomp_refuses_io_uring() {
         assert_eq!((s["alive"].as_bool(), s["io_engine"].as_str()), (Some(true), Some("pread")), "{s}");
     }
 
-    // The pread engine serves: byte-exact cold read, then a warm read entirely from the cache.
-    let client = fleet.client(CS);
+    // The pread engine serves: byte-exact cold read, then a warm read entirely from the cache (by
+    // the slots, not straight from the files).
+    let client = fleet.proxy_client(CS);
     let url = format!("s3://{bucket}/blob");
     assert_eq!(client.read(&url).unwrap(), want);
     let gets = moto().gets_settled(&bucket);

@@ -116,13 +116,14 @@ fn stop_proxy_drains_reads_in_flight_and_cleans_up_after_killed_slots_only() {
         let got = r.join().unwrap().unwrap_or_else(|e| panic!("the read in flight on slot {i} failed: {e}"));
         assert!(got == data[i], "the read in flight on slot {i} returned wrong bytes");
     }
-    assert!(stdout.contains("stopped 2 proxies, cleaned 2 stale files"), "{stdout}{stderr}");
+    // The dead slot's socket, pid file and metadata table.
+    assert!(stdout.contains("stopped 2 proxies, cleaned 3 stale files"), "{stdout}{stderr}");
     assert!(!stderr.contains("did not drain"), "{stderr}");
     let left: Vec<String> = std::fs::read_dir(&fleet.run_dir)
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".sock") || n.ends_with(".pid"))
+        .filter(|n| n.ends_with(".sock") || n.ends_with(".pid") || n.ends_with(".table"))
         .collect();
     assert!(left.is_empty(), "stop_proxy left {left:?}");
 

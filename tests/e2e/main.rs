@@ -13,6 +13,7 @@ mod cluster_etcd;
 mod consistency;
 mod crash_leftovers;
 mod credentials;
+mod direct;
 mod engine_fallback;
 mod fork;
 mod install;

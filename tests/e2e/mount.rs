@@ -41,7 +41,6 @@ fn every_size_class_reads_byte_exact_with_cat_dd_and_seeks_and_again_from_the_ca
     for pass in 0..2 {
         let m = fleet.mount(&format!("s3://{bucket}/set"), &[]);
         let gets_before = moto().gets_settled(&bucket);
-        let hits_before = fleet.total("hits");
         for (i, size) in sizes.iter().enumerate() {
             let want = pattern(900 + i as u64, *size);
             let path = m.path(&format!("f{i}.bin"));
@@ -70,9 +69,10 @@ fn every_size_class_reads_byte_exact_with_cat_dd_and_seeks_and_again_from_the_ca
             }
         }
         if pass == 1 {
-            // A new mount (no page cache left): every byte came from the fleet's cache.
+            // A new mount (no page cache left): every byte came from the fleet's cache (read by the
+            // mount straight from the chunk files, direct hits it reports to the slots later, or
+            // through the slots).
             assert_eq!(moto().gets_settled(&bucket), gets_before, "the second pass reached the origin");
-            assert!(fleet.total("hits") > hits_before + (24 << 20) as u64 / CS as u64, "few hits");
         } else {
             fleet.wait_cached(((24 << 20) / CS) as u64);
         }

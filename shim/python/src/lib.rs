@@ -311,9 +311,16 @@ impl Client {
     /// prefetchers' `prefetch_hinted`, `prefetched` (objects), `prefetched_chunks`,
     /// `prefetch_skipped_cached`, `prefetch_dropped`, `prefetch_throttled`, `prefetch_failed`,
     /// `prefetch_queued`, `prefetch_inflight`, `prefetch_limit` (objects the slots may fetch at once
-    /// now), and this client's `prefetch_unsupported`.
+    /// now), and this client's `prefetch_unsupported`; and this client's direct reads (warm chunks
+    /// read straight from their files, no request to a proxy): `direct_hits`, `direct_bytes`,
+    /// `direct_fallbacks` (looked for directly, read through a proxy) and `direct_corrupt` (files
+    /// that failed their checks: never served, refetched by their slot).
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
-        let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
+        // This process's direct reads first, so that the slots' counters include them.
+        let statuses = py.detach(|| {
+            self.inner.report_direct_reads();
+            self.inner.status(std::time::Duration::from_secs(5))
+        });
         let mut sums = std::collections::BTreeMap::new();
         for (_slot, status) in statuses {
             let Ok(s) = status else {
@@ -352,8 +359,25 @@ impl Client {
             }
         }
         let own = self.inner.prefetch_counters();
-        sums.insert("prefetch_unsupported", own.unsupported.load(std::sync::atomic::Ordering::Relaxed));
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        sums.insert("prefetch_unsupported", load(&own.unsupported));
+        let direct = self.inner.client().direct_counters();
+        for (name, v) in [
+            ("direct_hits", direct.map(|d| load(&d.hits))),
+            ("direct_bytes", direct.map(|d| load(&d.bytes))),
+            ("direct_fallbacks", direct.map(|d| load(&d.fallbacks))),
+            ("direct_corrupt", direct.map(|d| load(&d.corrupt))),
+        ] {
+            sums.insert(name, v.unwrap_or(0));
+        }
         sums
+    }
+
+    /// Reports this client's direct reads (warm chunks read straight from their files) to their
+    /// slots now; they go in batches otherwise. `memarts.file` calls it when the process exits (a
+    /// DataLoader worker included), so that the slots count every read for eviction.
+    fn report_direct_reads(&self, py: Python<'_>) {
+        py.detach(|| self.inner.report_direct_reads());
     }
 
     /// Hints that `urls` will be read soon: the fleet fetches them ahead (each on the slot its read

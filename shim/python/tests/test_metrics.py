@@ -66,6 +66,7 @@ def metrics_fleet(s3, fleet, bucket):
     base = tempfile.mkdtemp(prefix="memarts-metrics-", dir=fleet.directory)
     env = dict(os.environ)
     env.update({"MEMARTS_RUN_DIR": os.path.join(base, "run"), "MEMARTS_CACHE_DIR": os.path.join(base, "cache")})
+    fleet_env = env
     address = f"127.0.0.1:{_free_port()}"
     out = subprocess.run(
         [MEMARTS, "start_proxy", str(SLOTS), "--capacity", "64MiB", "--metrics-address", address],
@@ -81,8 +82,8 @@ def metrics_fleet(s3, fleet, bucket):
         run_dir = env["MEMARTS_RUN_DIR"]
 
         @staticmethod
-        def memarts(*args, check=True):
-            out = subprocess.run([MEMARTS, *args], capture_output=True, env=env)
+        def memarts(*args, check=True, env=None):
+            out = subprocess.run([MEMARTS, *args], capture_output=True, env=dict(fleet_env, **(env or {})))
             if check and out.returncode != 0:
                 pytest.fail(f"memarts {' '.join(args)}: {out.stderr.decode()}")
             return out
@@ -98,9 +99,11 @@ def test_the_endpoint_serves_every_slots_metrics_as_the_reads_made_them(s3, buck
     assert values(families, "memarts_slot_up") == {s: 1 for s in range(SLOTS)}
     for i in range(OBJECTS):
         s3.put_object(Bucket=bucket, Key=f"m/{i}", Body=pattern(900 + i, SIZE))
-    for _ in range(2):  # cold, then from the cache
+    # Cold, then from the cache through the slots (direct reads off: the slots time what they
+    # serve; direct hits are counted below).
+    for direct in ("1", "0"):
         for i in range(OBJECTS):
-            data = m.memarts("cat", f"s3://{bucket}/m/{i}").stdout
+            data = m.memarts("cat", f"s3://{bucket}/m/{i}", env={"MEMARTS_DIRECT_READS": direct}).stdout
             assert data == pattern(900 + i, SIZE)
     assert m.memarts("cat", f"s3://{bucket}/m/missing", check=False).returncode != 0
 
@@ -140,6 +143,15 @@ def test_the_endpoint_serves_every_slots_metrics_as_the_reads_made_them(s3, buck
             range(SLOTS)
         ), name
     assert families["memarts_connections"].type == "gauge"
+    # A third pass with direct reads (the default): straight from the chunk files, no request to a
+    # slot, reported when the process ends: hits, counted apart as direct hits.
+    assert total(families, "memarts_direct_hits", "memarts_direct_hits_total") == 0
+    for i in range(OBJECTS):
+        assert m.memarts("cat", f"s3://{bucket}/m/{i}").stdout == pattern(900 + i, SIZE)
+    families = scrape(m.url)
+    assert total(families, "memarts_direct_hits", "memarts_direct_hits_total") == CHUNKS
+    assert total(families, "memarts_hits", "memarts_hits_total") == 2 * CHUNKS
+    assert total(families, "memarts_read_seconds", "memarts_read_seconds_count", result="hit") == CHUNKS
     # The Grafana dashboard asks for nothing the endpoint does not serve.
     with open(os.path.join(ROOT, "ops", "grafana-dashboard.json")) as f:
         dashboard = json.load(f)

@@ -97,6 +97,13 @@ impl Fleet {
         .expect("client")
     }
 
+    /// A client that reads through the proxies only (no direct reads of chunk files): for tests of
+    /// what the proxies do.
+    pub fn proxy_client(&self, chunk_size: u64) -> Client {
+        Client::new(ShimConfig { direct_reads: false, ..self.client(chunk_size).config().clone() })
+            .expect("client")
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let out = self.memarts(&["status", "--json"]);
         serde_json::from_slice(&out.stdout)

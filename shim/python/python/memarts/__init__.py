@@ -23,7 +23,11 @@ def stats():
     ``cached_chunks``, ``cache_bytes_used``, ``slots_down``; and what prefetching did:
     ``prefetch_hinted``, ``prefetched`` (objects fetched ahead), ``prefetched_chunks``,
     ``prefetch_skipped_cached``, ``prefetch_dropped``, ``prefetch_throttled``, ``prefetch_failed``,
-    ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``."""
+    ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``; and this
+    process's direct reads (warm chunks read straight from their files, with no request to a proxy;
+    the slots count them in ``hits`` once reported, which this call does first): ``direct_hits``,
+    ``direct_bytes``, ``direct_fallbacks`` (looked for on disk, read through a proxy) and
+    ``direct_corrupt`` (files that failed their checks: never served, refetched)."""
     return file._fleet().stats()
 
 

@@ -9,6 +9,7 @@ and the object read again.
 import os
 import sqlite3
 import threading
+import time
 
 
 def _default_path():
@@ -16,6 +17,21 @@ def _default_path():
     from . import _memarts
 
     return os.path.join(_memarts.settings()["cache_dir"], "metadata-cache.sqlite")
+
+
+def _use_wal(db, patience=30.0):
+    """Switches the database to WAL mode (which then stays). Several processes opening a new
+    database at once (DataLoader workers) race for the exclusive lock this takes, and sqlite does
+    not wait for it as it does for other statements: "database is locked" at once. Retried."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 class MetadataCache:
@@ -28,7 +44,7 @@ class MetadataCache:
         if db is None or getattr(self._local, "pid", None) != os.getpid():
             os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
+            _use_wal(db)
             db.execute("CREATE TABLE IF NOT EXISTS meta (url TEXT PRIMARY KEY, size INTEGER, etag TEXT)")
             self._local.db, self._local.pid = db, os.getpid()
         return db

@@ -1,0 +1,299 @@
+//! Direct hits: a warm chunk read straight from its file, with no round trip to a proxy.
+//!
+//! A chunk file's name is a pure function of (object, ETag, chunk size, index), so a client that
+//! knows an object's ETag can open its chunks itself. The ETag (with the size) comes from the
+//! metadata table the chunk-0 slot publishes (`memarts_protocol::meta_table`), trusted as the slot
+//! trusts it: for the fleet's metadata TTL after it was verified with the origin. Every promise of
+//! the proxy path holds:
+//! - every byte is checked: the header must be the chunk's own (identity bytes and header CRC, as
+//!   the proxy checks them) and the data must match the header's CRC32C; a file that fails either
+//!   check is never served: the read asks the slot to drop and refetch it (`recheck`), counted;
+//! - one read never mixes versions: all its chunks are named with the one ETag it started with;
+//! - eviction or a refill racing the read cannot hand it a torn or foreign file: chunk files are
+//!   written to a temp file and renamed into place, never changed in place, so an open file is the
+//!   whole chunk it was when opened (an eviction only unlinks the name); a missing file is a
+//!   fallback to the slot;
+//! - other uids never get here: only a client of the fleet's own uid reads chunk files (the cache
+//!   dir stays 0700), others go through the proxy as before.
+//!
+//! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
+//! read stays cached and what is not goes, as if the slots had served them.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use memarts_protocol::chunk_file::{chunk_path, chunks_dir, format, ChunkId};
+use memarts_protocol::layout::meta_table_path;
+use memarts_protocol::meta_table::{url_key, TableFile};
+use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
+
+use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
+
+/// A table file is checked for replacement (a slot that started again) at most this often.
+const RECHECK_TABLE: Duration = Duration::from_secs(1);
+
+/// Reads are reported to the slots once this many are pending...
+const TOUCH_BATCH: usize = 256;
+/// ... or once the oldest has waited this long (checked at the next read).
+const TOUCH_DELAY: Duration = Duration::from_millis(100);
+
+/// Data read and checksummed per step after the first: small enough that the checksum reads it
+/// from the CPU cache right after the kernel copied it there.
+const PIECE: usize = 128 << 10;
+
+/// What a direct read of one chunk found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Found {
+    /// Read and checked: the bytes are in the caller's room.
+    Served,
+    /// No file (not cached, evicted, another node's chunk) or one that cannot be read: ask the slot.
+    Absent,
+    /// A file that failed its checks: ask the slot to drop and refetch it.
+    Corrupt,
+}
+
+/// What direct reads did in this process.
+#[derive(Debug, Default)]
+pub struct DirectCounters {
+    /// Chunks served from their files with no request to a proxy.
+    pub hits: AtomicU64,
+    pub bytes: AtomicU64,
+    /// Chunks looked for directly and read through a proxy instead (no file: not cached yet, evicted).
+    pub fallbacks: AtomicU64,
+    /// Chunk files that failed their checks: never served, refetched by their slot.
+    pub corrupt: AtomicU64,
+}
+
+/// A slot's table as last looked for: mapped, or not there (a fleet without tables: an older build,
+/// or a slot that could not make one), and when.
+struct Mapped {
+    table: Option<Arc<TableFile>>,
+    checked: Instant,
+}
+
+struct Pending {
+    pid: u32,
+    touches: Vec<(u32, Touch)>,
+    since: Option<Instant>,
+}
+
+/// The direct-read state of a client.
+pub(crate) struct Direct {
+    run_dir: PathBuf,
+    chunks: PathBuf,
+    tables: Mutex<Vec<Option<Mapped>>>,
+    pending: Mutex<Pending>,
+    pub counters: DirectCounters,
+}
+
+#[derive(serde::Deserialize)]
+struct FleetFacts {
+    cache_dir: PathBuf,
+    #[serde(default)]
+    passthrough: bool,
+    #[serde(default)]
+    meta_ttl_secs: f64,
+}
+
+impl Direct {
+    /// Direct reads of the fleet in `run_dir`, when it caches and this process may read its files:
+    /// `None` for a fleet of another uid (`owner`), one that caches nothing, one that trusts no
+    /// metadata (a TTL of 0), or one whose `fleet.json` says too little (an older build).
+    pub fn new(run_dir: &Path, owner: u32) -> Option<Direct> {
+        if owner != nix::unistd::geteuid().as_raw() {
+            return None;
+        }
+        let text = std::fs::read(memarts_protocol::layout::fleet_file(run_dir)).ok()?;
+        let facts: FleetFacts = serde_json::from_slice(&text).ok()?;
+        if facts.passthrough || facts.meta_ttl_secs <= 0.0 {
+            return None;
+        }
+        Some(Direct {
+            run_dir: run_dir.to_path_buf(),
+            chunks: chunks_dir(&facts.cache_dir),
+            tables: Mutex::default(),
+            pending: Mutex::new(Pending { pid: std::process::id(), touches: Vec::new(), since: None }),
+            counters: DirectCounters::default(),
+        })
+    }
+
+    /// `slot`'s table, mapped once and mapped again when the slot replaced it (looked for again at
+    /// most every [`RECHECK_TABLE`]).
+    fn table(&self, slot: u32) -> Option<Arc<TableFile>> {
+        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
+        let index = slot as usize;
+        if tables.len() <= index {
+            tables.resize_with(index + 1, || None);
+        }
+        let entry = &mut tables[index];
+        if let Some(m) = entry.as_ref().filter(|m| m.checked.elapsed() < RECHECK_TABLE) {
+            return m.table.clone();
+        }
+        let path = meta_table_path(&self.run_dir, slot);
+        let current = entry.as_ref().and_then(|m| m.table.clone()).filter(|t| t.is_current(&path));
+        let table = current.or_else(|| TableFile::open(&path).ok().map(Arc::new));
+        *entry = Some(Mapped { table: table.clone(), checked: Instant::now() });
+        table
+    }
+
+    /// The version of `url` (as the slots spell it) that `slot` (the owner of its chunk 0) published,
+    /// if it is still within the fleet's metadata TTL.
+    pub fn meta(&self, url: &str, slot: u32) -> Option<ObjectMeta> {
+        let table = self.table(slot)?;
+        let table = table.table();
+        let published = table.lookup(url_key(url))?;
+        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).ok()?.as_millis() as u64;
+        // Verified in the future (a clock that stepped back) is not trusted either.
+        let age = now.checked_sub(published.verified_ms)?;
+        if age >= table.ttl_ms() {
+            return None;
+        }
+        Some(ObjectMeta {
+            size: published.size,
+            etag: Some(published.etag),
+            version: None,
+            last_modified_ms: published.last_modified_ms,
+        })
+    }
+
+    /// Chunk `index` of the version `etag` of `url`, cut at `chunk_size`, read whole into `dst`
+    /// (exactly the chunk's length) from its file, and checked; a read served is noted for `slot`,
+    /// the chunk's owner (see [`Direct::due`]).
+    pub fn read_chunk(
+        &self,
+        url: &ObjectUrl,
+        etag: &str,
+        chunk_size: u64,
+        index: u64,
+        slot: u32,
+        dst: &mut Room,
+    ) -> Found {
+        let id = memarts_protocol::chunk_id(url, etag, chunk_size, index);
+        let found = match OpenOptions::new()
+            .read(true)
+            // A named pipe at the path must not hold the open (the slot removes such things).
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOATIME)
+            .open(chunk_path(&self.chunks, ChunkId(id)))
+            .or_else(|e| match e.raw_os_error() {
+                // O_NOATIME is refused on files of another owner: the cache is ours, but be lenient.
+                Some(libc::EPERM) => OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(chunk_path(&self.chunks, ChunkId(id))),
+                _ => Err(e),
+            }) {
+            Ok(file) => check(&file, url, etag, chunk_size, index, dst),
+            Err(_) => Found::Absent,
+        };
+        match found {
+            Found::Served => {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(dst.len() as u64, Ordering::Relaxed);
+                self.note(slot, Touch { id, len: dst.len() as u64 });
+            }
+            Found::Absent => {
+                self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+            }
+            Found::Corrupt => {
+                self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        found
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if pending.pid != pid {
+            // A forked child: the parent reports what it read before the fork.
+            pending.touches.clear();
+            pending.since = None;
+            pending.pid = pid;
+        }
+        pending
+    }
+
+    fn note(&self, slot: u32, touch: Touch) {
+        let mut pending = self.pending();
+        pending.touches.push((slot, touch));
+        pending.since.get_or_insert_with(Instant::now);
+    }
+
+    /// The reads due to be reported, by slot: all of them once a batch is full or its oldest read
+    /// has waited long enough, else none.
+    pub fn due(&self) -> Vec<(u32, Vec<Touch>)> {
+        let mut pending = self.pending();
+        let waited = pending.since.is_some_and(|t| t.elapsed() >= TOUCH_DELAY);
+        if pending.touches.len() < TOUCH_BATCH && !waited {
+            return Vec::new();
+        }
+        pending.since = None;
+        by_slot(std::mem::take(&mut pending.touches))
+    }
+
+    /// Every read not yet reported, by slot (for a client going away).
+    pub fn take_touches(&self) -> Vec<(u32, Vec<Touch>)> {
+        let mut pending = self.pending();
+        pending.since = None;
+        by_slot(std::mem::take(&mut pending.touches))
+    }
+}
+
+fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {
+    let mut out: std::collections::BTreeMap<u32, Vec<Touch>> = Default::default();
+    for (slot, t) in touches {
+        out.entry(slot).or_default().push(t);
+    }
+    out.into_iter().collect()
+}
+
+/// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
+/// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
+/// CRC32C. The header and the first piece of data come in one `preadv`.
+fn check(file: &File, url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64, dst: &mut Room) -> Found {
+    let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
+    memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
+    let data_offset = format::data_offset_for(identity.len());
+    let mut header = vec![0u8; data_offset as usize];
+    let first = dst.len().min(PIECE);
+    let (head, rest) = dst.split_at_mut(first);
+    match preadv_exact(file.as_raw_fd(), crate::fill::as_room(&mut header), head, 0) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
+        Err(_) => return Found::Absent,
+    }
+    let raw = match format::decode_raw(&header) {
+        Ok(raw) => raw,
+        Err(_) => return Found::Corrupt,
+    };
+    if raw.identity != identity.as_slice()
+        || raw.data_offset != data_offset
+        || raw.data_len != (first + rest.len()) as u64
+    {
+        return Found::Corrupt;
+    }
+    let mut crc = memarts_protocol::Crc32c::default();
+    // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
+    crc.update(unsafe { assume_filled(head) });
+    let mut at = data_offset + first as u64;
+    for piece in rest.chunks_mut(PIECE) {
+        match pread_exact(file, piece, at) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
+            Err(_) => return Found::Absent,
+        }
+        // SAFETY: pread_exact returned Ok, so every byte of `piece` was written.
+        crc.update(unsafe { assume_filled(piece) });
+        at += piece.len() as u64;
+    }
+    if crc.finish() != raw.data_crc32c {
+        return Found::Corrupt;
+    }
+    Found::Served
+}

@@ -1,0 +1,184 @@
+"""Warm reads against local files (issue 17's rows): `python3 tests/bench/warm_bench.py`
+(`BENCH_SCALE=small` for the quick version; MEMARTS_BIN_DIR names the binaries, target/release by
+default). Writes tests/bench/results/warm.json and prints a table. Asserts nothing about timings;
+every scenario checks what it read, so a broken path cannot report a fast number.
+
+Every row reads data that is in the page cache on both sides (memarts: the fleet's chunk files;
+the reference: a local copy of the same bytes), each side the same way, best of REPS interleaved
+runs:
+- `memarts cat URL > /dev/null` of a 256 MiB object (a stream: read-ahead, chunks handed to the
+  output from reused buffers) against `cat` of a local copy > /dev/null (coreutils: 128 KiB reads
+  into one reused buffer);
+- 4 worker processes reading small files (64-255 KiB) whole: `mox.file.read(url)` against
+  `open(path, 'rb').read()` of the files a download left on local disk ("download, then read":
+  what users do without a cache, timed after the download);
+- the same with one process, 128 KiB files (also in python_bench.py, with 1 and 4 proxies).
+
+The origin is moto (nothing here reads from it after the warm-up). The fleet has 4 proxies.
+"""
+
+import json
+import multiprocessing
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import python_bench  # noqa: E402  (MEMARTS, ROOT, moto_workspace)
+
+MEMARTS, ROOT = python_bench.MEMARTS, python_bench.ROOT
+SMALL_SCALE = os.environ.get("BENCH_SCALE") == "small"
+BUCKET = "warmbench"
+KIB, MIB = 1 << 10, 1 << 20
+SCALE = {"small": {"files": 400, "large": 128 * MIB, "reps": 3},
+         "full": {"files": 2000, "large": 256 * MIB, "reps": 5}}["small" if SMALL_SCALE else "full"]
+WORKERS = 4
+
+
+def best(fn, reps):
+    """The fastest of `reps` runs of `fn` (seconds), and what the last one returned."""
+    times, out = [], None
+    for _ in range(reps):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return min(times), out
+
+
+def crc_of_stdout(cmd):
+    out = subprocess.run(cmd, capture_output=True, check=True)
+    return zlib.crc32(out.stdout)
+
+
+def large_cat(url, path, size, reps):
+    """`memarts cat` against `cat`, both into /dev/null, interleaved."""
+    want = crc_of_stdout(["cat", path])
+    if crc_of_stdout([MEMARTS, "cat", url]) != want:
+        raise AssertionError("memarts cat: wrong bytes")
+
+    def run(cmd):
+        with open(os.devnull, "wb") as sink:
+            subprocess.run(cmd, stdout=sink, check=True)
+
+    cat, memarts = [], []
+    for _ in range(reps):
+        cat.append(best(lambda: run(["cat", path]), 1)[0])
+        memarts.append(best(lambda: run([MEMARTS, "cat", url]), 1)[0])
+    return {"bytes": size, "cat_mbs": size / min(cat) / 1e6, "memarts_cat_mbs": size / min(memarts) / 1e6,
+            "ratio": min(cat) / min(memarts)}
+
+
+def _read_urls(urls):
+    import memarts as mox
+
+    return [zlib.crc32(mox.file.read(u, binary=True)) for u in urls]
+
+
+def _read_paths(paths):
+    out = []
+    for p in paths:
+        with open(p, "rb") as f:
+            out.append(zlib.crc32(f.read()))
+    return out
+
+
+def _parts(items, n):
+    return [items[i::n] for i in range(n)]
+
+
+def small_files(urls, paths, reps, workers):
+    """`workers` processes reading every small file once: through memarts, and from local copies."""
+    want = _read_paths(paths)
+    total = sum(os.path.getsize(p) for p in paths)
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(workers) as pool:
+        pool.map(_read_urls, _parts(urls, workers))  # every worker has its client
+
+        def epoch(fn, items):
+            parts = pool.map(fn, _parts(items, workers))
+            got = [None] * len(items)
+            for w, part in enumerate(parts):
+                got[w::workers] = part
+            return got
+
+        local, mem = [], []
+        for _ in range(reps):
+            t, got = best(lambda: epoch(_read_paths, paths), 1)
+            local.append(t)
+            if got != want:
+                raise AssertionError("local files: wrong bytes")
+            t, got = best(lambda: epoch(_read_urls, urls), 1)
+            mem.append(t)
+            if got != want:
+                raise AssertionError("memarts: wrong bytes")
+    return {"workers": workers, "files": len(paths), "bytes": total, "local_mbs": total / min(local) / 1e6,
+            "memarts_mbs": total / min(mem) / 1e6, "ratio": min(local) / min(mem)}
+
+
+def main():
+    endpoint, moto, s3, work = python_bench.moto_workspace(BUCKET, "memarts-warmbench-")
+    os.environ["MOX_FILE_CHUNK_SIZE"] = str(MIB)
+    local = os.path.join(work, "local")
+    os.makedirs(local)
+    rng = random.Random(17)
+    urls, paths = [], []
+    for i in range(SCALE["files"]):
+        body = rng.randbytes(rng.randint(64 * KIB, 255 * KIB))
+        key = f"small/{i:05d}.bin"
+        s3.put_object(Bucket=BUCKET, Key=key, Body=body)
+        path = os.path.join(local, f"{i:05d}.bin")
+        with open(path, "wb") as f:
+            f.write(body)
+        urls.append(f"s3://{BUCKET}/{key}")
+        paths.append(path)
+    large = rng.randbytes(SCALE["large"])
+    s3.put_object(Bucket=BUCKET, Key="large.bin", Body=large)
+    large_path = os.path.join(local, "large.bin")
+    with open(large_path, "wb") as f:
+        f.write(large)
+    del large
+    res = {"scale": "small" if SMALL_SCALE else "full", "proxies": 4, "reps": SCALE["reps"]}
+    out = subprocess.run([MEMARTS, "start_proxy", "4"], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"start_proxy failed: {out.stdout}{out.stderr}")
+    try:
+        import memarts as mox
+
+        for u in urls:  # cold: fills the cache and the slots' metadata
+            mox.file.read(u, binary=True)
+        subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], stdout=subprocess.DEVNULL, check=True)
+        print("memarts cat vs cat, 4 workers and 1 process vs local files ...", flush=True)
+        res["large_cat"] = large_cat(f"s3://{BUCKET}/large.bin", large_path, SCALE["large"], SCALE["reps"])
+        res["small_4_workers"] = small_files(urls, paths, SCALE["reps"], WORKERS)
+        res["small_1_process"] = small_files(urls, paths, SCALE["reps"], 1)
+        res["direct"] = {k: v for k, v in mox.stats().items() if k.startswith("direct")}
+    finally:
+        subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
+        moto.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    res["ratios"] = {
+        "warm_cat_vs_cat": res["large_cat"]["ratio"],
+        "warm_small_4_workers_vs_download_then_read": res["small_4_workers"]["ratio"],
+        "warm_small_1_process_vs_local_files": res["small_1_process"]["ratio"],
+    }
+    lc, s4, s1 = res["large_cat"], res["small_4_workers"], res["small_1_process"]
+    print(f"memarts cat, {lc['bytes'] >> 20} MiB: {lc['memarts_cat_mbs']:.0f} MB/s vs cat {lc['cat_mbs']:.0f} MB/s "
+          f"({lc['ratio']:.2f}x)")
+    for r in (s4, s1):
+        print(f"{r['workers']} worker(s), {r['files']} small files: memarts {r['memarts_mbs']:.0f} MB/s vs local files "
+              f"{r['local_mbs']:.0f} MB/s ({r['ratio']:.2f}x)")
+    print(f"direct reads of this process: {res['direct']}")
+    path = os.path.join(ROOT, "tests", "bench", "results", "warm.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
