@@ -297,7 +297,7 @@ fn run_parallel<T: Send>(workers: usize, jobs: Vec<T>, job: impl Fn(T) -> Result
     }
 }
 
-fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 

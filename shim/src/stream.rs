@@ -8,8 +8,10 @@
 //! fetched by a few background threads: the window starts at one chunk and doubles with each chunk
 //! entered in order, up to [`ShimConfig::readahead`](crate::ShimConfig::readahead) bytes, so a cold
 //! stream overlaps its round trips instead of paying one per chunk (as Mountpoint's prefetcher and
-//! `memarts mount`'s reader do). A seek drops the window; chunks behind the reader are dropped, so
-//! memory stays within the window plus the chunks in flight. A chunk that failed surfaces its error
+//! `memarts mount`'s reader do). Chunks that come fast (read locally: direct hits) need no such
+//! depth: the window then stays at two chunks per core. A seek drops the window; chunks behind the
+//! reader are dropped and their buffers reused, so memory stays within the window plus the chunks
+//! in flight. A chunk that failed surfaces its error
 //! at the read that needs it. Dropping the stream stops its workers after the fetch each has under
 //! way (at most one chunk each); they never start another.
 //!
@@ -17,8 +19,9 @@
 //! with workers of its own.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use memarts_protocol::ObjectMeta;
 
@@ -78,6 +81,30 @@ struct Shared {
     window: Mutex<Window>,
     changed: Condvar,
     closed: AtomicBool,
+    /// How long a chunk takes to fetch, µs (a moving average; 0 until one was fetched).
+    fetch_us: AtomicU64,
+}
+
+/// Fetches faster than this are local (direct hits, the page cache): a window of a few chunks per
+/// core keeps the cores busy, and a larger one only costs fresh buffers (a page fault per page).
+const LOCAL_FETCH: Duration = Duration::from_millis(2);
+
+impl Shared {
+    /// Runs a fetch and folds its time into the average.
+    fn timed<T>(&self, fetch: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let out = fetch();
+        let took = started.elapsed().as_micros().max(1) as u64;
+        let old = self.fetch_us.load(Ordering::Relaxed);
+        let new = if old == 0 { took } else { (old * 7 + took) / 8 };
+        self.fetch_us.store(new, Ordering::Relaxed);
+        out
+    }
+
+    fn fetches_are_local(&self) -> bool {
+        let us = self.fetch_us.load(Ordering::Relaxed);
+        us != 0 && us < LOCAL_FETCH.as_micros() as u64
+    }
 }
 
 impl Shared {
@@ -269,9 +296,16 @@ impl Stream {
     /// in order, and is scheduled ahead of it.
     fn enter(&mut self, index: u64) -> Result<Arc<Vec<u8>>> {
         if self.last_chunk != Some(index) {
+            // Local chunks need no deep window: two per core.
+            let cap = if self.shared.fetches_are_local() {
+                self.max_ahead.min(2 * crate::read::cores() as u64)
+            } else {
+                self.max_ahead
+            };
             if self.last_chunk.is_some_and(|c| c + 1 == index) || self.pos == 0 {
-                self.ahead = (self.ahead * 2).max(1).min(self.max_ahead);
+                self.ahead = (self.ahead * 2).max(1);
             }
+            self.ahead = self.ahead.min(cap);
             self.last_chunk = Some(index);
             self.schedule(index);
         }
@@ -346,7 +380,7 @@ impl Stream {
         }
         let buf = w.take_buffer();
         drop(w);
-        let result = self.target.fetch(index, buf).map(Arc::new);
+        let result = self.shared.timed(|| self.target.fetch(index, buf)).map(Arc::new);
         let mut w = self.shared.lock();
         match &result {
             Ok(data) => w.chunks.insert(index, Slot::Ready(data.clone())),
@@ -373,7 +407,12 @@ impl Drop for Stream {
 }
 
 fn new_shared() -> Arc<Shared> {
-    Arc::new(Shared { window: Mutex::default(), changed: Condvar::new(), closed: AtomicBool::new(false) })
+    Arc::new(Shared {
+        window: Mutex::default(),
+        changed: Condvar::new(),
+        closed: AtomicBool::new(false),
+        fetch_us: AtomicU64::new(0),
+    })
 }
 
 /// A worker: fetches queued chunks, lowest first, until the stream is dropped.
@@ -392,7 +431,7 @@ fn work(target: &Target, shared: &Shared) {
         };
         let buf = w.take_buffer();
         drop(w);
-        let result = target.fetch(index, buf);
+        let result = shared.timed(|| target.fetch(index, buf));
         let mut w = shared.lock();
         // Only a chunk still wanted is kept (a seek may have dropped it meanwhile).
         if let Some(slot @ Slot::Pending) = w.chunks.get_mut(&index) {
