@@ -50,6 +50,13 @@ pub fn chunk_id_of(kind: &str, bucket: &str, key: &str, etag: &str, chunk_size: 
     (u128::from(placement(kind, bucket, key, chunk_size, index)) << 64) | u128::from(xxh3_64(&buf))
 }
 
+/// The chunk's id from its identity encoding ([`encode_identity`] of the same fields), for a reader
+/// that needs both (it compares the encoding with a chunk file's header).
+pub fn chunk_id_from_identity(url: &ObjectUrl, chunk_size: u64, index: u64, identity: &[u8]) -> u128 {
+    let placement = placement(url.kind.as_str(), &url.bucket, &url.key, chunk_size, index);
+    (u128::from(placement) << 64) | u128::from(xxh3_64(identity))
+}
+
 /// The chunk's id: placement half, then the hash of its whole identity.
 pub fn chunk_id(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> u128 {
     chunk_id_of(url.kind.as_str(), &url.bucket, &url.key, etag, chunk_size, index)
@@ -89,6 +96,17 @@ pub fn meta_owner_slot(url: &str, slots: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_id_from_the_identity_is_the_id() {
+        let url = ObjectUrl::parse("s3://b/some/key").unwrap();
+        let mut identity = Vec::new();
+        encode_identity(&mut identity, &url, "\"etag\"", 1 << 20, 3);
+        assert_eq!(
+            chunk_id_from_identity(&url, 1 << 20, 3, &identity),
+            chunk_id(&url, "\"etag\"", 1 << 20, 3)
+        );
+    }
 
     #[test]
     fn fields_cannot_bleed_into_each_other() {

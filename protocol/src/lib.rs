@@ -55,6 +55,7 @@ pub mod identity;
 pub mod layout;
 pub mod url;
 pub use identity::{
-    chunk_id, chunk_id_of, chunk_owner, encode_identity, meta_owner_slot, owner_slot, placement,
+    chunk_id, chunk_id_from_identity, chunk_id_of, chunk_owner, encode_identity, meta_owner_slot, owner_slot,
+    placement,
 };
 pub use url::{ObjectUrl, OriginKind, UrlError};

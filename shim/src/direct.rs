@@ -19,19 +19,20 @@
 //! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
 //! read stays cached and what is not goes, as if the slots had served them.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use memarts_protocol::chunk_file::{chunk_path, chunks_dir, format, ChunkId};
+use memarts_protocol::chunk_file::{chunks_dir, format, ChunkId};
 use memarts_protocol::layout::meta_table_path;
 use memarts_protocol::meta_table::{url_key, TableFile};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 
 use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
 
@@ -43,9 +44,10 @@ const TOUCH_BATCH: usize = 256;
 /// ... or once the oldest has waited this long (checked at the next read).
 const TOUCH_DELAY: Duration = Duration::from_millis(100);
 
-/// Data read and checksummed per step after the first: small enough that the checksum reads it
-/// from the CPU cache right after the kernel copied it there.
-const PIECE: usize = 128 << 10;
+/// Data read and checksummed per step: small enough that the checksum reads it from the CPU cache
+/// right after the kernel copied it there, large enough that a small file's data comes with its
+/// header in one `preadv`.
+const PIECE: usize = 512 << 10;
 
 /// What a direct read of one chunk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,8 +89,11 @@ struct Pending {
 pub(crate) struct Direct {
     run_dir: PathBuf,
     chunks: PathBuf,
+    chunks_dir: Mutex<Option<Arc<std::os::fd::OwnedFd>>>,
     tables: Mutex<Vec<Option<Mapped>>>,
     pending: Mutex<Pending>,
+    /// Set when the pending reads are due to be reported.
+    due: AtomicBool,
     pub counters: DirectCounters,
 }
 
@@ -117,8 +122,10 @@ impl Direct {
         Some(Direct {
             run_dir: run_dir.to_path_buf(),
             chunks: chunks_dir(&facts.cache_dir),
+            chunks_dir: Mutex::default(),
             tables: Mutex::default(),
             pending: Mutex::new(Pending { pid: std::process::id(), touches: Vec::new(), since: None }),
+            due: AtomicBool::new(false),
             counters: DirectCounters::default(),
         })
     }
@@ -174,22 +181,12 @@ impl Direct {
         slot: u32,
         dst: &mut Room,
     ) -> Found {
-        let id = memarts_protocol::chunk_id(url, etag, chunk_size, index);
-        let found = match OpenOptions::new()
-            .read(true)
-            // A named pipe at the path must not hold the open (the slot removes such things).
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOATIME)
-            .open(chunk_path(&self.chunks, ChunkId(id)))
-            .or_else(|e| match e.raw_os_error() {
-                // O_NOATIME is refused on files of another owner: the cache is ours, but be lenient.
-                Some(libc::EPERM) => OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(chunk_path(&self.chunks, ChunkId(id))),
-                _ => Err(e),
-            }) {
-            Ok(file) => check(&file, url, etag, chunk_size, index, dst),
-            Err(_) => Found::Absent,
+        let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
+        memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
+        let id = memarts_protocol::chunk_id_from_identity(url, chunk_size, index, &identity);
+        let found = match self.open(ChunkId(id)) {
+            Some(file) => check(&file, &identity, dst),
+            None => Found::Absent,
         };
         match found {
             Found::Served => {
@@ -207,6 +204,34 @@ impl Direct {
         found
     }
 
+    /// The file of chunk `id`, opened relative to the chunks directory (held open: no walk of the
+    /// cache dir's path for every chunk). Non-blocking, so a named pipe at the path cannot hold the
+    /// open (the slot removes such things); without updating the access time.
+    fn open(&self, id: ChunkId) -> Option<File> {
+        let dir = self.chunks_fd()?;
+        let hex = id.to_hex();
+        let name = format!("{}/{}/{hex}", &hex[0..2], &hex[2..4]);
+        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let opened = openat(&dir, name.as_str(), flags | OFlag::O_NOATIME, Mode::empty())
+            .or_else(|e| match e {
+                // O_NOATIME is refused on another owner's files: the cache is ours, but be lenient.
+                nix::errno::Errno::EPERM => openat(&dir, name.as_str(), flags, Mode::empty()),
+                e => Err(e),
+            })
+            .ok()?;
+        Some(File::from(opened))
+    }
+
+    /// The chunks directory, opened once it exists.
+    fn chunks_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
+        let mut dir = self.chunks_dir.lock().unwrap_or_else(|p| p.into_inner());
+        if dir.is_none() {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+            *dir = nix::fcntl::open(&self.chunks, flags, Mode::empty()).ok().map(Arc::new);
+        }
+        dir.clone()
+    }
+
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let pid = std::process::id();
@@ -222,19 +247,19 @@ impl Direct {
     fn note(&self, slot: u32, touch: Touch) {
         let mut pending = self.pending();
         pending.touches.push((slot, touch));
-        pending.since.get_or_insert_with(Instant::now);
+        let since = *pending.since.get_or_insert_with(Instant::now);
+        if pending.touches.len() >= TOUCH_BATCH || since.elapsed() >= TOUCH_DELAY {
+            self.due.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The reads due to be reported, by slot: all of them once a batch is full or its oldest read
-    /// has waited long enough, else none.
+    /// has waited long enough (as of the last read), else none.
     pub fn due(&self) -> Vec<(u32, Vec<Touch>)> {
-        let mut pending = self.pending();
-        let waited = pending.since.is_some_and(|t| t.elapsed() >= TOUCH_DELAY);
-        if pending.touches.len() < TOUCH_BATCH && !waited {
+        if !self.due.swap(false, Ordering::Relaxed) {
             return Vec::new();
         }
-        pending.since = None;
-        by_slot(std::mem::take(&mut pending.touches))
+        self.take_touches()
     }
 
     /// Every read not yet reported, by slot (for a client going away).
@@ -256,23 +281,31 @@ fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {
 /// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
 /// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
 /// CRC32C. The header and the first piece of data come in one `preadv`.
-fn check(file: &File, url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64, dst: &mut Room) -> Found {
-    let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
-    memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
+fn check(file: &File, identity: &[u8], dst: &mut Room) -> Found {
     let data_offset = format::data_offset_for(identity.len());
-    let mut header = vec![0u8; data_offset as usize];
+    // The usual header fits one page: on the stack, not zeroed.
+    let mut page = [std::mem::MaybeUninit::<u8>::uninit(); format::ALIGN as usize];
+    let mut long: Vec<u8> = Vec::new();
+    let header: &mut Room = if data_offset <= format::ALIGN {
+        &mut page[..data_offset as usize]
+    } else {
+        long.reserve_exact(data_offset as usize);
+        &mut long.spare_capacity_mut()[..data_offset as usize]
+    };
     let first = dst.len().min(PIECE);
     let (head, rest) = dst.split_at_mut(first);
-    match preadv_exact(file.as_raw_fd(), crate::fill::as_room(&mut header), head, 0) {
+    match preadv_exact(file.as_raw_fd(), header, head, 0) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
         Err(_) => return Found::Absent,
     }
-    let raw = match format::decode_raw(&header) {
+    // SAFETY: preadv_exact returned Ok, so every byte of `header` was written.
+    let header = unsafe { assume_filled(header) };
+    let raw = match format::decode_raw(header) {
         Ok(raw) => raw,
         Err(_) => return Found::Corrupt,
     };
-    if raw.identity != identity.as_slice()
+    if raw.identity != identity
         || raw.data_offset != data_offset
         || raw.data_len != (first + rest.len()) as u64
     {

@@ -26,7 +26,8 @@ struct Piece<'a> {
 /// What one read is about: the object version pinned by its ETag.
 struct Target<'a> {
     url: &'a ObjectUrl,
-    url_text: String,
+    /// The URL as requests spell it, made when the first request is.
+    url_text: std::sync::OnceLock<String>,
     etag: &'a str,
     size: u64,
     chunk_size: u64,
@@ -65,7 +66,7 @@ impl Client {
                 usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
             sink.reserve(size)?;
             if size > 0 {
-                self.read_at(&url_text, &meta, 0, sink.room())?;
+                self.read_at_parsed(&parsed, &meta, 0, sink.room())?;
             }
             return Ok(meta);
         }
@@ -139,8 +140,18 @@ impl Client {
         offset: u64,
         dst: impl Into<ReadBuf<'d>>,
     ) -> Result<usize> {
-        let dst = dst.into().0;
-        let parsed = parse(url)?;
+        self.read_at_parsed(&parse(url)?, meta, offset, dst.into().0)
+    }
+
+    /// [`Client::read_at`] of an object URL parsed already.
+    fn read_at_parsed(
+        &self,
+        parsed: &ObjectUrl,
+        meta: &ObjectMeta,
+        offset: u64,
+        dst: &mut Room,
+    ) -> Result<usize> {
+        let url = parsed;
         let etag = meta.etag.as_deref().filter(|e| !e.is_empty()).ok_or_else(|| {
             Error::Origin(format!("{url}: the origin reports no ETag, so its chunks cannot be cached safely"))
         })?;
@@ -148,7 +159,7 @@ impl Client {
             return Ok(0);
         }
         let len = (meta.size - offset).min(dst.len() as u64) as usize;
-        let target = Target::new(&parsed, etag, meta.size, self.cfg.chunk_size);
+        let target = Target::new(parsed, etag, meta.size, self.cfg.chunk_size);
         let pieces = plan(&target, offset, &mut dst[..len]);
         let deadline = Instant::now() + self.cfg.deadline;
         run_parallel(self.cfg.parallel, pieces, |piece| self.fetch_piece(&target, piece, deadline))?;
@@ -193,23 +204,20 @@ impl Client {
         let start = piece.index * t.chunk_size;
         let chunk_len = (t.size - start).min(t.chunk_size) as usize;
         let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
-        let mut req = t.request(piece.index);
         if piece.skip == 0 && piece.dst.len() == chunk_len {
-            match self.read_chunk_direct(t, piece.index, slot, piece.dst) {
-                Found::Served => return Ok(()),
-                Found::Corrupt => req.recheck = true,
-                Found::Absent => {}
+            let found = self.read_chunk_direct(t, piece.index, slot, piece.dst);
+            if found == Found::Served {
+                return Ok(());
             }
+            let req = ChunkRequest { recheck: found == Found::Corrupt, ..t.request(piece.index) };
             return self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, piece.dst));
         }
         let mut whole: Vec<u8> = Vec::with_capacity(chunk_len);
         let room = &mut whole.spare_capacity_mut()[..chunk_len];
-        match self.read_chunk_direct(t, piece.index, slot, room) {
-            Found::Served => {}
-            found => {
-                req.recheck = found == Found::Corrupt;
-                self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, room))?;
-            }
+        let found = self.read_chunk_direct(t, piece.index, slot, room);
+        if found != Found::Served {
+            let req = ChunkRequest { recheck: found == Found::Corrupt, ..t.request(piece.index) };
+            self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, room))?;
         }
         // SAFETY: the direct read was served or read_chunk returned Ok: either wrote all
         // `chunk_len` bytes of the spare capacity.
@@ -224,12 +232,13 @@ impl Client {
 
 impl<'a> Target<'a> {
     fn new(url: &'a ObjectUrl, etag: &'a str, size: u64, chunk_size: u64) -> Target<'a> {
-        Target { url, url_text: url.to_string(), etag, size, chunk_size }
+        Target { url, url_text: std::sync::OnceLock::new(), etag, size, chunk_size }
     }
 
+    /// The request for chunk `index` (only when a slot is asked: a direct read needs none).
     fn request(&self, index: u64) -> ChunkRequest {
         ChunkRequest {
-            url: self.url_text.clone(),
+            url: self.url_text.get_or_init(|| self.url.to_string()).clone(),
             etag: self.etag.to_string(),
             object_size: self.size,
             chunk_size: self.chunk_size,
@@ -328,7 +337,7 @@ mod tests {
     #[test]
     fn plan_covers_the_range_exactly() {
         let url = ObjectUrl::parse("s3://b/k").unwrap();
-        let t = Target { url: &url, url_text: url.to_string(), etag: "e", size: 100, chunk_size: 10 };
+        let t = Target::new(&url, "e", 100, 10);
         let mut buf = vec![0u8; 35];
         let pieces = plan(&t, 7, as_room(&mut buf));
         let shape: Vec<(u64, usize, usize)> =

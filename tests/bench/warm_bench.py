@@ -137,7 +137,7 @@ def main():
             f.write(body)
         urls.append(f"s3://{BUCKET}/{key}")
         paths.append(path)
-    large = rng.randbytes(SCALE["large"])
+    large = b"".join(rng.randbytes(64 * MIB) for _ in range(SCALE["large"] // (64 * MIB)))
     s3.put_object(Bucket=BUCKET, Key="large.bin", Body=large)
     large_path = os.path.join(local, "large.bin")
     with open(large_path, "wb") as f:
