@@ -84,6 +84,19 @@ impl Client {
         Ok(meta)
     }
 
+    /// The version of `url` a read of it reads: the one its slot published for direct reads if that
+    /// is fresh (no round trip: the slot would answer a `Stat` with it), else a `Stat`.
+    pub fn version_to_read(&self, url: &str) -> Result<ObjectMeta> {
+        if let Some(direct) = &self.direct {
+            let parsed = parse(url)?;
+            let slot = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
+            if let Some(meta) = direct.meta(&parsed.to_string(), slot) {
+                return Ok(meta);
+            }
+        }
+        self.stat(url)
+    }
+
     /// The metadata of `url` and its chunk 0, in one round trip to the owner of chunk 0 (one GET
     /// when the object is cold, which leaves both in the fleet). Chunk 0's bytes (the first
     /// `min(size, chunk size)` bytes of the object) go to the start of `first`, which must hold a
@@ -115,7 +128,7 @@ impl Client {
 
     /// `len` bytes from `offset` (fewer at the end of the object).
     pub fn read_range(&self, url: &str, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let meta = self.stat(url)?;
+        let meta = self.version_to_read(url)?;
         let len = len.min(meta.size.saturating_sub(offset) as usize);
         let mut buf = vec![0u8; len];
         let n = self.read_at(url, &meta, offset, &mut buf[..])?;
@@ -125,7 +138,7 @@ impl Client {
 
     /// Fills `dst` from `offset`; returns the bytes read (short only at the end of the object).
     pub fn read_into(&self, url: &str, offset: u64, dst: &mut [u8]) -> Result<usize> {
-        self.read_at(url, &self.stat(url)?, offset, dst)
+        self.read_at(url, &self.version_to_read(url)?, offset, dst)
     }
 
     /// Bytes of the version `meta` names (its ETag pins it), from `offset` into `dst`: a reused

@@ -1,8 +1,8 @@
 //! A sequential stream over one object version, with read-ahead.
 //!
-//! [`Stream::open`] stats the object once and pins that version: every chunk it reads carries the
-//! ETag, so an object replaced at the origin mid-stream is a `Stale` error at the read that needs a
-//! chunk of the new version, never bytes of two versions. Reads are served from whole chunks.
+//! [`Stream::open`] pins the current version (the one published for direct reads, else a stat):
+//! every chunk it reads carries the ETag, so an object replaced at the origin mid-stream is a
+//! `Stale` error at the read that needs a chunk of the new version, never bytes of two versions. Reads are served from whole chunks.
 //!
 //! A reader that goes on where its last read ended keeps a window of chunks in flight ahead of it,
 //! fetched by a few background threads: the window starts at one chunk and doubles with each chunk
@@ -176,9 +176,10 @@ impl Client {
 }
 
 impl Stream {
-    /// Stats `url` once and pins that version (see the module docs).
+    /// Pins the current version of `url` (see the module docs): the one its slot published for direct
+    /// reads, else a `Stat`.
     pub fn open(source: Source, url: &str) -> Result<Stream> {
-        let meta = (*source).as_ref().stat(url)?;
+        let meta = (*source).as_ref().version_to_read(url)?;
         Stream::at_version(source, url, meta)
     }
 
