@@ -101,10 +101,6 @@ pub fn build_engine_with(
     Ok((engine, fallback.map(|why| format!("using the pread engine: {why}"))))
 }
 
-/// Entries of a slot's metadata table: 64 MiB of sparse file at most (entries take room only where
-/// they land), and four million objects for a fleet of 8.
-const META_TABLE_ENTRIES: usize = 1 << 19;
-
 /// Creates the slot's metadata table, from which shims of the fleet's uid read warm objects with no
 /// round trip (`engine/direct.rs`). Not where nothing is cached or the metadata is never trusted
 /// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the direct hits.
@@ -114,9 +110,8 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Engine) {
         return;
     }
     let path = memarts_protocol::layout::meta_table_path(&cfg.run_dir, slot);
-    match memarts_protocol::meta_table::TableFile::create(&path, META_TABLE_ENTRIES, ttl.as_millis() as u64) {
-        Ok(table) => engine.publish_metadata(table),
-        Err(e) => tracing::warn!("no direct hits: cannot create {}: {e}", path.display()),
+    if let Err(e) = engine.publish_metadata(path.clone()) {
+        tracing::warn!("no direct hits: cannot create {}: {e}", path.display());
     }
 }
 

@@ -90,7 +90,7 @@ mod tests {
         let reader = TableFile::open(&path).unwrap();
         let k = url_key("s3://b/k");
         let p = Published { size: 7, etag: "\"e\"".into(), last_modified_ms: 3, verified_ms: 1 };
-        assert!(writer.table().publish(k, &p));
+        assert_eq!(writer.table().publish(k, &p), super::super::Publish::Added);
         assert_eq!(reader.table().lookup(k), Some(p));
         assert_eq!(reader.table().ttl_ms(), 5000);
         assert!(reader.is_current(&path));

@@ -85,6 +85,20 @@ pub struct Published {
     pub verified_ms: u64,
 }
 
+/// What [`MetaTable::publish`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Publish {
+    /// Nothing written (an ETag that does not fit, or none).
+    Skipped,
+    /// The URL's entry was rewritten.
+    Updated,
+    /// A free place was taken.
+    Added,
+    /// Every place the URL may take was another's: the least recently verified one gave way (a
+    /// table that should grow).
+    Displaced,
+}
+
 /// Why words cannot be used as a table.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TableError {
@@ -172,15 +186,16 @@ impl<'a> MetaTable<'a> {
         None
     }
 
-    /// Publishes `published` for the URL hashed to `key`; false (nothing written) for an ETag longer
-    /// than [`MAX_ETAG`] or empty. Single writer.
-    pub fn publish(&self, key: u128, published: &Published) -> bool {
+    /// Publishes `published` for the URL hashed to `key`, and says how; nothing is written for an
+    /// ETag longer than [`MAX_ETAG`] or empty (and an older entry of the URL is withdrawn). Single
+    /// writer.
+    pub fn publish(&self, key: u128, published: &Published) -> Publish {
         let etag = published.etag.as_bytes();
         if etag.is_empty() || etag.len() > MAX_ETAG || key == 0 {
             if key != 0 {
                 self.withdraw(key); // an older version's entry must not outlive this one
             }
-            return false;
+            return Publish::Skipped;
         }
         let mut free = None;
         let mut oldest: Option<(u64, &[AtomicU64])> = None;
@@ -197,7 +212,12 @@ impl<'a> MetaTable<'a> {
                 oldest = Some((verified, entry));
             }
         }
-        let Some(entry) = own.or(free).or(oldest.map(|(_, e)| e)) else { return false };
+        let (entry, how) = match (own, free, oldest) {
+            (Some(e), ..) => (e, Publish::Updated),
+            (None, Some(e), _) => (e, Publish::Added),
+            (None, None, Some((_, e))) => (e, Publish::Displaced),
+            (None, None, None) => return Publish::Skipped,
+        };
         let mut etag_words = [0u64; ETAG_WORDS];
         for (i, b) in etag.iter().enumerate() {
             etag_words[i / 8] |= u64::from(*b) << (8 * (i % 8));
@@ -213,20 +233,23 @@ impl<'a> MetaTable<'a> {
                 w.store(v, Ordering::Relaxed);
             }
         });
-        true
+        how
     }
 
-    /// Removes what the table says of the URL hashed to `key` (the object changed or is gone).
-    /// Single writer.
-    pub fn withdraw(&self, key: u128) {
+    /// Removes what the table says of the URL hashed to `key` (the object changed or is gone);
+    /// whether it said anything. Single writer.
+    pub fn withdraw(&self, key: u128) -> bool {
+        let mut found = false;
         for entry in self.places(key) {
             if key_of(entry) == key {
                 write_entry(entry, |e| {
                     e[KEY_LO].store(0, Ordering::Relaxed);
                     e[KEY_HI].store(0, Ordering::Relaxed);
                 });
+                found = true;
             }
         }
+        found
     }
 }
 
@@ -306,12 +329,13 @@ mod tests {
         let table = MetaTable::init(&w, 60_000).unwrap();
         let (a, b) = (url_key("s3://b/a"), url_key("s3://b/b"));
         assert_eq!(table.lookup(a), None);
-        assert!(table.publish(a, &published("\"etag-a\"", 10)));
-        assert!(table.publish(b, &published("\"etag-b\"", 20)));
+        assert_eq!(table.publish(a, &published("\"etag-a\"", 10)), Publish::Added);
+        assert_eq!(table.publish(b, &published("\"etag-b\"", 20)), Publish::Added);
         assert_eq!(table.lookup(a), Some(published("\"etag-a\"", 10)));
-        assert!(table.publish(a, &published("\"etag-a2\"", 11)));
+        assert_eq!(table.publish(a, &published("\"etag-a2\"", 11)), Publish::Updated);
         assert_eq!(table.lookup(a), Some(published("\"etag-a2\"", 11)));
-        table.withdraw(a);
+        assert!(table.withdraw(a));
+        assert!(!table.withdraw(a));
         assert_eq!(table.lookup(a), None);
         assert_eq!(table.lookup(b), Some(published("\"etag-b\"", 20)));
         // A reader's view of the same words.
@@ -325,12 +349,12 @@ mod tests {
         let w = words(16);
         let table = MetaTable::init(&w, 1000).unwrap();
         let k = url_key("s3://b/k");
-        assert!(table.publish(k, &published("short", 1)));
-        assert!(!table.publish(k, &published(&"x".repeat(MAX_ETAG + 1), 2)));
+        assert_eq!(table.publish(k, &published("short", 1)), Publish::Added);
+        assert_eq!(table.publish(k, &published(&"x".repeat(MAX_ETAG + 1), 2)), Publish::Skipped);
         assert_eq!(table.lookup(k), None, "the old version's entry went");
-        assert!(table.publish(k, &published(&"y".repeat(MAX_ETAG), 3)));
+        assert_eq!(table.publish(k, &published(&"y".repeat(MAX_ETAG), 3)), Publish::Added);
         assert_eq!(table.lookup(k).unwrap().etag.len(), MAX_ETAG);
-        assert!(!table.publish(k, &published("", 4)));
+        assert_eq!(table.publish(k, &published("", 4)), Publish::Skipped);
         assert_eq!(table.lookup(k), None);
     }
 
@@ -341,7 +365,8 @@ mod tests {
         // Nine keys for eight places: each probes all of them.
         let keys: Vec<u128> = (0..9).map(|i| url_key(&format!("s3://b/{i}"))).collect();
         for (i, k) in keys.iter().enumerate() {
-            assert!(table.publish(*k, &published("e", i as u64)));
+            let want = if i < 8 { Publish::Added } else { Publish::Displaced };
+            assert_eq!(table.publish(*k, &published("e", i as u64)), want);
         }
         assert_eq!(table.lookup(keys[0]), None, "the oldest made room");
         for k in &keys[1..] {

@@ -6,15 +6,14 @@
 
 use std::sync::atomic::Ordering;
 
-use memarts_protocol::meta_table::TableFile;
 use memarts_protocol::Touch;
 
 use super::{Engine, ReadBy};
 
 impl Engine {
-    /// Publishes the slot's metadata in `table` from now on, for direct hits.
-    pub fn publish_metadata(&self, table: TableFile) {
-        self.meta.publish_to(table);
+    /// Publishes the slot's metadata in a table at `path` from now on, for direct hits.
+    pub fn publish_metadata(&self, path: std::path::PathBuf) -> std::io::Result<()> {
+        self.meta.publish_at(path)
     }
 
     /// Counts chunks a client read directly as hits, for the counters and the eviction policy, as

@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::meta_publisher::Publisher;
 use lru::LruCache;
-use memarts_protocol::meta_table::{url_key, Published, TableFile};
 use memarts_protocol::{crc32c, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
@@ -31,28 +31,57 @@ struct SnapshotEntry {
     verified_ms: u64,
 }
 
+type Entries = LruCache<String, (ObjectMeta, Instant)>;
+
 pub struct MetaCache {
     ttl: Duration,
-    entries: Mutex<LruCache<String, (ObjectMeta, Instant)>>,
-    /// The table shims read; written only under `entries`' lock.
-    table: std::sync::OnceLock<TableFile>,
+    entries: Mutex<Entries>,
+    /// The table shims read (`meta_publisher.rs`); locked only while `entries` is, so that the
+    /// two change together.
+    table: Mutex<Option<Publisher>>,
 }
 
 impl MetaCache {
     pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
         let cap = std::num::NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
-        MetaCache { ttl, entries: Mutex::new(LruCache::new(cap)), table: std::sync::OnceLock::new() }
+        MetaCache { ttl, entries: Mutex::new(LruCache::new(cap)), table: Mutex::new(None) }
     }
 
-    /// Publishes every entry from now on in `table` (the fresh ones already held first).
-    pub fn publish_to(&self, table: TableFile) {
+    fn table(&self) -> std::sync::MutexGuard<'_, Option<Publisher>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Publishes every entry from now on in a new table at `path` (the fresh ones already held
+    /// first), for direct hits.
+    pub fn publish_at(&self, path: std::path::PathBuf) -> io::Result<()> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let now = SystemTime::now();
-        for (url, (meta, at)) in entries.iter().filter(|(_, (_, at))| at.elapsed() < self.ttl) {
-            let verified = now.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH);
-            publish(&table, url, meta, unix_ms(verified));
+        let mut publisher = Publisher::create(path, self.ttl.as_millis() as u64)?;
+        for (url, meta, verified_ms) in self.fresh(&entries) {
+            if publisher.publish(url, meta, verified_ms) {
+                publisher.grow(self.fresh(&entries))?;
+            }
         }
-        let _ = self.table.set(table);
+        *self.table() = Some(publisher);
+        Ok(())
+    }
+
+    /// The fresh entries, with when each was verified (ms since the Unix epoch).
+    fn fresh<'a>(&self, entries: &'a Entries) -> impl Iterator<Item = (&'a str, &'a ObjectMeta, u64)> {
+        let (now, ttl) = (SystemTime::now(), self.ttl);
+        entries.iter().filter(move |(_, (_, at))| at.elapsed() < ttl).map(move |(url, (meta, at))| {
+            (url.as_str(), meta, unix_ms(now.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH)))
+        })
+    }
+
+    /// Publishes `url` (under the entries' lock), growing the table when it is crowded.
+    fn publish(&self, entries: &Entries, url: &str, meta: &ObjectMeta, verified_ms: u64) {
+        let mut table = self.table();
+        let Some(publisher) = table.as_mut() else { return };
+        if publisher.publish(url, meta, verified_ms) {
+            if let Err(e) = publisher.grow(self.fresh(entries)) {
+                tracing::warn!("the metadata table for direct hits could not grow: {e}");
+            }
+        }
     }
 
     /// The TTL, as the published table states it.
@@ -77,16 +106,14 @@ impl MetaCache {
             return;
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(table) = self.table.get() {
-            publish(table, &url, &meta, unix_ms(SystemTime::now()));
-        }
-        entries.put(url, (meta, Instant::now()));
+        entries.put(url.clone(), (meta.clone(), Instant::now()));
+        self.publish(&entries, &url, &meta, unix_ms(SystemTime::now()));
     }
 
     pub fn invalidate(&self, url: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(table) = self.table.get() {
-            table.table().withdraw(url_key(url));
+        if let Some(publisher) = self.table().as_mut() {
+            publisher.withdraw(url);
         }
         entries.pop(url);
     }
@@ -142,22 +169,12 @@ impl MetaCache {
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
             let Some(at) = now.checked_sub(age).filter(|_| age < self.ttl) else { continue };
-            if let Some(table) = self.table.get() {
-                publish(table, &e.url, &e.meta, e.verified_ms);
-            }
-            cache.put(e.url, (e.meta, at));
+            cache.put(e.url.clone(), (e.meta.clone(), at));
+            self.publish(&cache, &e.url, &e.meta, e.verified_ms);
             loaded += 1;
         }
         Ok(loaded)
     }
-}
-
-/// What shims may know of `url`: its size and ETag (an object without one is not published, and an
-/// older entry of it goes).
-fn publish(table: &TableFile, url: &str, meta: &ObjectMeta, verified_ms: u64) {
-    let etag = meta.etag.clone().unwrap_or_default();
-    let last_modified_ms = meta.last_modified_ms;
-    table.table().publish(url_key(url), &Published { size: meta.size, etag, last_modified_ms, verified_ms });
 }
 
 fn unix_ms(t: SystemTime) -> u64 {
@@ -193,11 +210,12 @@ mod tests {
     /// with when it was verified.
     #[test]
     fn entries_are_published_in_the_table_shims_read() {
+        use memarts_protocol::meta_table::{url_key, TableFile};
         let dir = tempfile::tempdir().unwrap();
         let cache = MetaCache::new(Duration::from_secs(60), 10);
         cache.put("s3://b/held".into(), meta("\"h\""));
         let path = dir.path().join("meta-0.table");
-        cache.publish_to(TableFile::create(&path, 64, 60_000).unwrap());
+        cache.publish_at(path.clone()).unwrap();
         let reader = TableFile::open(&path).unwrap();
         let found = |url: &str| reader.table().lookup(url_key(url));
         assert_eq!(found("s3://b/held").map(|p| p.etag), Some("\"h\"".into()), "held before publishing");
@@ -219,7 +237,7 @@ mod tests {
         cache.save(&snap).unwrap();
         let next = MetaCache::new(Duration::from_secs(60), 10);
         let path = dir.path().join("meta-1.table");
-        next.publish_to(TableFile::create(&path, 64, 60_000).unwrap());
+        next.publish_at(path.clone()).unwrap();
         next.load(&snap).unwrap();
         let reader = TableFile::open(&path).unwrap();
         assert!(reader.table().lookup(url_key("s3://b/saved")).is_some(), "a loaded snapshot is published");

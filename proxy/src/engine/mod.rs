@@ -41,6 +41,7 @@ mod flight;
 mod herd_tests;
 mod index;
 mod meta;
+mod meta_publisher;
 mod metadata;
 mod metrics;
 mod open_chunks;

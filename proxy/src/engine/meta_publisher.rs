@@ -1,0 +1,118 @@
+//! The slot's metadata table for direct hits (`memarts_protocol::meta_table`), kept in step with the
+//! metadata cache (`meta.rs`, whose lock serializes every write here: the table has one writer).
+//!
+//! The table grows with what it holds: it starts small, and once half full (or once an entry had
+//! to displace another) it is made again at twice the size from the cache's fresh entries, and
+//! renamed over the old one (shims map the new file at their next look, and the old mapping stays
+//! valid meanwhile). Entries land at random places, so a table much larger than its contents would
+//! touch a page of memory per object; this keeps it near 256 bytes per object.
+
+use std::io;
+use std::path::PathBuf;
+
+use memarts_protocol::meta_table::{url_key, Publish, Published, TableFile};
+use memarts_protocol::ObjectMeta;
+
+/// Entries of a new table: 512 KiB.
+pub const FIRST_ENTRIES: usize = 1 << 12;
+/// Entries of the largest table: 128 MiB (a million objects per slot).
+pub const MAX_ENTRIES: usize = 1 << 20;
+
+pub struct Publisher {
+    path: PathBuf,
+    file: TableFile,
+    ttl_ms: u64,
+    /// Entries the table holds (added minus withdrawn).
+    held: usize,
+}
+
+impl Publisher {
+    /// A new, empty table at `path`, replacing any older one.
+    pub fn create(path: PathBuf, ttl_ms: u64) -> io::Result<Publisher> {
+        let file = TableFile::create(&path, FIRST_ENTRIES, ttl_ms)?;
+        Ok(Publisher { path, file, ttl_ms, held: 0 })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.file.table().capacity()
+    }
+
+    /// Publishes what shims may know of `url`: its size and ETag (an object without one is not
+    /// published, and an older entry of it goes). True when the table should grow.
+    pub fn publish(&mut self, url: &str, meta: &ObjectMeta, verified_ms: u64) -> bool {
+        let published = Published {
+            size: meta.size,
+            etag: meta.etag.clone().unwrap_or_default(),
+            last_modified_ms: meta.last_modified_ms,
+            verified_ms,
+        };
+        let how = self.file.table().publish(url_key(url), &published);
+        if how == Publish::Added {
+            self.held += 1;
+        }
+        let crowded = how == Publish::Displaced || self.held * 2 > self.capacity();
+        crowded && self.capacity() < MAX_ENTRIES
+    }
+
+    pub fn withdraw(&mut self, url: &str) {
+        if self.file.table().withdraw(url_key(url)) {
+            self.held = self.held.saturating_sub(1);
+        }
+    }
+
+    /// Makes the table again at twice its size with `entries` (URL, metadata, when verified), and
+    /// puts it in place of the old one. On failure the old table stays as it is.
+    pub fn grow<'a>(
+        &mut self,
+        entries: impl Iterator<Item = (&'a str, &'a ObjectMeta, u64)>,
+    ) -> io::Result<()> {
+        let file = TableFile::create(&self.path, (self.capacity() * 2).min(MAX_ENTRIES), self.ttl_ms)?;
+        let (old_file, old_held) = (std::mem::replace(&mut self.file, file), self.held);
+        self.held = 0;
+        for (url, meta, verified_ms) in entries {
+            self.publish(url, meta, verified_ms);
+        }
+        tracing::debug!(
+            from = old_file.table().capacity(),
+            to = self.capacity(),
+            old_held,
+            held = self.held,
+            "metadata table grown"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(size: u64) -> ObjectMeta {
+        ObjectMeta { size, etag: Some(format!("\"e{size}\"")), version: None, last_modified_ms: 0 }
+    }
+
+    #[test]
+    fn a_table_grows_with_what_it_holds_and_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta-0.table");
+        let mut p = Publisher::create(path.clone(), 60_000).unwrap();
+        assert_eq!(p.capacity(), FIRST_ENTRIES);
+        let urls: Vec<String> = (0..FIRST_ENTRIES as u64).map(|i| format!("s3://b/{i}")).collect();
+        let metas: Vec<ObjectMeta> = (0..FIRST_ENTRIES as u64).map(meta).collect();
+        let mut grew = 0;
+        for i in 0..urls.len() {
+            if p.publish(&urls[i], &metas[i], 7) {
+                p.grow((0..=i).map(|j| (urls[j].as_str(), &metas[j], 7))).unwrap();
+                grew += 1;
+            }
+        }
+        assert!(grew >= 1 && p.capacity() >= 2 * FIRST_ENTRIES, "grew {grew} times to {}", p.capacity());
+        let reader = TableFile::open(&path).unwrap();
+        for (url, m) in urls.iter().zip(&metas) {
+            let found = reader.table().lookup(url_key(url)).unwrap_or_else(|| panic!("{url} lost"));
+            assert_eq!((found.size, found.etag.as_str()), (m.size, m.etag.as_deref().unwrap()));
+        }
+        p.withdraw(&urls[0]);
+        assert_eq!(reader.table().lookup(url_key(&urls[0])), None);
+    }
+}
