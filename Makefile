@@ -86,22 +86,23 @@ fmt:
 demo: build
 	bash ops/scripts/demo.sh target/release
 
-# One run, all figures side by side (BENCH_SCALE=small: under 5 minutes). The cold reads over the
+# One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): cold reads against the
+# emulated link's capacity on an s3s-fs origin (link.json; s3s-fs is cargo-installed into
+# target/bench-tools once), the Rust bench (fleet.json), warm reads with direct hits against local
+# files (warm.json), the Python package (python.json), memarts against the tools users pick instead
+# over an emulated remote link (compare.json; the peers are pip-installed by the script), a cluster
+# pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json),
+# `memarts mount` against local files and the s3fs / rclone mounts (mount.json; Debian packages);
+# then report.py merges them into tests/bench/results/latest.{json,md,svg}. The cold reads over the
 # link run first: the other benchmarks delete many files at their ends, and for a few minutes after
 # that ext4 makes every file creation scan past the recently deleted inodes, which a fresh cache's
-# fills would pay for. the Rust bench (fleet.json),
-# the Python package (python.json), memarts against the tools users pick instead over an emulated
-# remote link (compare.json; the peers are pip-installed by the script), a cluster pool of 3 nodes
-# against 3 independent fleets over one shared emulated link (cluster.json), `memarts mount` against
-# local files and the s3fs / rclone mounts (mount.json; Debian packages), cold reads against the
-# emulated link's capacity on an s3s-fs origin (link.json; s3s-fs is cargo-installed into
-# target/bench-tools once), then report.py merges
-# them into tests/bench/results/latest.{json,md,svg}.
+# fills would pay for.
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python matplotlib
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/link_bench.py
 	$(CARGO) bench -p memarts-tests --bench fleet
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/warm_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/python_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/stream_bench.py

@@ -75,7 +75,8 @@ fn main() {
         assert_eq!(client.read(&url).unwrap().len(), size, "warming {url}");
         // Best of 5 rounds each, the two sides taking turns: this 2-core VM's speed wanders by 20%
         // over seconds, which side-by-side rounds share.
-        let (mut page_fresh, mut memarts_fresh, mut page_reused, mut memarts_reused) = (0f64, 0f64, 0f64, 0f64);
+        let (mut page_fresh, mut memarts_fresh, mut page_reused, mut memarts_reused) =
+            (0f64, 0f64, 0f64, 0f64);
         let mut buf = vec![0u8; size];
         for _ in 0..5 {
             page_fresh = page_fresh.max(best_rate(size, 1, min_time, || {

@@ -121,6 +121,18 @@ def fleet(moto_endpoint):
             return memarts.stats()[field]
 
         @staticmethod
+        def gets(bucket):
+            """Origin GETs of the fleet for ``bucket`` so far (every attempt is a line of the proxies'
+            origin logs)."""
+            import glob
+
+            n = 0
+            for log in glob.glob(os.path.join(env["MEMARTS_RUN_DIR"], "origin-*.log")):
+                with open(log) as f:
+                    n += sum(1 for line in f if f" GET s3://{bucket}/" in line)
+            return n
+
+        @staticmethod
         def wait_cached(n):
             """Waits until at least ``n`` chunks are on disk: a fill is handed to its readers first
             and written after, so a read right after a cold one may still get a chunk from the fill

@@ -2,11 +2,7 @@
 proxy), byte-exact, and the reads are reported to the slots, also by DataLoader workers, which end
 without running atexit handlers (multiprocessing's finalizers report them)."""
 
-import glob
-import os
-
 import pytest
-import torch
 from torch.utils.data import DataLoader
 
 import memarts
@@ -17,14 +13,6 @@ from conftest import pattern
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
 CHUNK = 64 << 10  # MOX_FILE_CHUNK_SIZE of the test session (conftest)
-
-
-def _gets(fleet, bucket):
-    n = 0
-    for log in glob.glob(os.path.join(fleet.run_dir, "origin-*.log")):
-        with open(log) as f:
-            n += sum(1 for line in f if f" GET s3://{bucket}/" in line)
-    return n
 
 
 def _objects(s3, bucket, n, size=lambda i: 3 * CHUNK + 11 * i):
@@ -43,14 +31,14 @@ def test_warm_reads_are_direct_byte_exact_and_counted_by_the_slots(s3, bucket, f
     for url, body in data.items():
         assert mox_file.read(url, binary=True) == body
     fleet.wait_cached(_chunks(data))
-    before, gets = memarts.stats(), _gets(fleet, bucket)
+    before, gets = memarts.stats(), fleet.gets(bucket)
     for _ in range(3):
         for url, body in data.items():
             assert mox_file.read(url, binary=True) == body
     after = memarts.stats()
     assert after["direct_hits"] - before["direct_hits"] == 3 * _chunks(data), after
     assert after["direct_corrupt"] == before["direct_corrupt"]
-    assert _gets(fleet, bucket) == gets, "a warm read reached the origin"
+    assert fleet.gets(bucket) == gets, "a warm read reached the origin"
     # stats() reported them first: the slots counted every one as a hit.
     assert after["hits"] - before["hits"] == 3 * _chunks(data), (before, after)
 

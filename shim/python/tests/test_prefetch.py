@@ -2,7 +2,6 @@
 fetches them ahead, so that the DataLoader workers' reads are hits, with one origin GET per chunk;
 shuffled order, ``set_epoch``, several ranks and a wrapped ``DistributedSampler`` all work."""
 
-import glob
 import os
 import time
 
@@ -47,15 +46,6 @@ def _chunk_files():
     return sum(len(files) for _, _, files in os.walk(root))
 
 
-def _gets(fleet, bucket):
-    """Origin GETs of the fleet for ``bucket`` (every attempt is a line of the proxies' origin logs)."""
-    n = 0
-    for log in glob.glob(os.path.join(fleet.run_dir, "origin-*.log")):
-        with open(log) as f:
-            n += sum(1 for line in f if f" GET s3://{bucket}/" in line)
-    return n
-
-
 class _WaitForFiles:
     """worker_init_fn: a worker starts reading only once ``n`` chunk files are in the cache, as a
     worker busy with its first steps would while the fleet fetches ahead."""
@@ -86,7 +76,7 @@ def test_dataloader_four_workers_shuffled_over_a_cold_prefix_reads_prefetched_hi
     assert delta["prefetched"] == 48 and delta["prefetch_failed"] == 0, delta
     if fleet.mode == "proxy":  # the fleet's counters see the workers' reads; an in-process engine, only ours
         assert delta["hits"] == 48, f"the workers' reads were not all hits: {delta}"
-        assert _gets(fleet, bucket) == 48, "one GET per chunk"
+        assert fleet.gets(bucket) == 48, "one GET per chunk"
 
 
 def test_multi_chunk_objects_cost_one_get_per_chunk(s3, bucket, fleet):
@@ -95,7 +85,7 @@ def test_multi_chunk_objects_cost_one_get_per_chunk(s3, bucket, fleet):
     loader = DataLoader(ds, sampler=ds.sampler(shuffle=True, seed=1), batch_size=3, num_workers=4, collate_fn=list)
     assert sorted(_check_epoch(loader, data)) == sorted(data)
     if fleet.mode == "proxy":
-        assert _gets(fleet, bucket) == 12 * 3, "a chunk was fetched twice"
+        assert fleet.gets(bucket) == 12 * 3, "a chunk was fetched twice"
 
 
 def test_set_epoch_changes_the_order_and_two_ranks_cover_the_dataset_once(s3, bucket, fleet):
@@ -164,7 +154,7 @@ def test_iterable_dataset_workers_hint_their_shards(s3, bucket, fleet):
     if fleet.mode == "proxy":
         after = memarts.stats()
         assert after["prefetch_hinted"] - before["prefetch_hinted"] == 40
-        assert _gets(fleet, bucket) == 40, "one GET per chunk"
+        assert fleet.gets(bucket) == 40, "one GET per chunk"
 
 
 def test_hints_for_local_paths_and_garbage_never_fail(tmp_path, fleet):
@@ -185,4 +175,4 @@ def test_copy_parallel_hints_what_it_copies_next_and_fetches_each_chunk_once(s3,
     after = memarts.stats()
     assert after["prefetched"] - before["prefetched"] > 0, "copy_parallel hinted nothing"
     if memarts.file.mode() == "proxy":
-        assert _gets(fleet, bucket) == chunks, "a chunk was fetched twice"
+        assert fleet.gets(bucket) == chunks, "a chunk was fetched twice"
