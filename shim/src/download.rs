@@ -28,10 +28,15 @@ impl Client {
     }
 
     /// The first round trip of a download: the object's metadata and chunk 0 together, one GET when
-    /// the object is cold (where a stat and then a read cost two). An object of one chunk is written
+    /// the object is cold (where a stat and then a read cost two), none for a warm object whose
+    /// version its slot published (a direct read, [`Client::read_head`]). An object of one chunk is written
     /// to `path` from it at once (`Ok(size)`); a larger one's version comes back (`Err(meta)`) for
     /// the caller's windowed or streamed copy, which finds chunk 0 cached.
     pub fn download_head(&self, url: &str, path: &Path) -> Result<std::result::Result<u64, ObjectMeta>> {
+        // A larger object whose version is published: its whole copy reads chunk 0 directly anyway.
+        if let Some(meta) = self.published_version(url)?.filter(|m| m.size > self.config().chunk_size) {
+            return Ok(Err(meta));
+        }
         let mut first = vec![0u8; self.config().chunk_size as usize];
         let meta = self.read_head(url, &mut first)?;
         if meta.size > self.config().chunk_size {

@@ -87,18 +87,23 @@ impl Client {
     /// The version of `url` a read of it reads: the one its slot published for direct reads if that
     /// is fresh (no round trip: the slot would answer a `Stat` with it), else a `Stat`.
     pub fn version_to_read(&self, url: &str) -> Result<ObjectMeta> {
-        if let Some(direct) = &self.direct {
-            let parsed = parse(url)?;
-            let slot = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
-            if let Some(meta) = direct.meta(&parsed.to_string(), slot) {
-                return Ok(meta);
-            }
+        match self.published_version(url)? {
+            Some(meta) => Ok(meta),
+            None => self.stat(url),
         }
-        self.stat(url)
+    }
+
+    /// The version of `url` its slot published for direct reads, if it is fresh.
+    pub(crate) fn published_version(&self, url: &str) -> Result<Option<ObjectMeta>> {
+        let Some(direct) = &self.direct else { return Ok(None) };
+        let parsed = parse(url)?;
+        let slot = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
+        Ok(direct.meta(&parsed.to_string(), slot))
     }
 
     /// The metadata of `url` and its chunk 0, in one round trip to the owner of chunk 0 (one GET
-    /// when the object is cold, which leaves both in the fleet). Chunk 0's bytes (the first
+    /// when the object is cold, which leaves both in the fleet), or none when its slot published the
+    /// version for direct reads. Chunk 0's bytes (the first
     /// `min(size, chunk size)` bytes of the object) go to the start of `first`, which must hold a
     /// chunk. For readers that go on in windows of their own (`memarts warmup`).
     pub fn read_head(&self, url: &str, first: &mut [u8]) -> Result<ObjectMeta> {
@@ -108,6 +113,15 @@ impl Client {
                 "read_head: a buffer of {} bytes cannot hold a chunk",
                 first.len()
             )));
+        }
+        // A version published for direct reads: chunk 0 straight from its file, no round trip.
+        if let Some(meta) = self.published_version(url)? {
+            let head = meta.size.min(cs) as usize;
+            match self.read_at(url, &meta, 0, &mut first[..head]) {
+                Ok(n) if n == head => return Ok(meta),
+                Ok(_) | Err(Error::Stale(_)) => {} // changed since: the usual first read sorts it out
+                Err(e) => return Err(e),
+            }
         }
         let parsed = parse(url)?;
         let url_text = parsed.to_string();

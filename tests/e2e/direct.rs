@@ -69,6 +69,19 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
     let asked = fleet.total("requests") - requests - 3 * 2;
     assert!(asked <= 2, "{asked} requests to the proxies for {} warm reads", 5 * objects.len());
     assert_eq!(moto().gets_settled(&bucket), gets, "nothing from the origin");
+    // Copies to local files (what `mox.file.copy` and `memarts cp` do) need no request either.
+    let copies = tempfile::tempdir().unwrap();
+    let requests = fleet.total("requests");
+    for (i, (url, data)) in objects.iter().enumerate() {
+        let path = copies.path().join(format!("copy-{i}"));
+        assert_eq!(client.download(url, &path, 4, u64::MAX).unwrap(), data.len() as u64);
+        assert!(std::fs::read(&path).unwrap() == *data, "{url} copied");
+    }
+    assert_eq!(direct(&client).0 - hits, chunks, "every chunk copied directly");
+    // At most a report of the direct reads to each slot.
+    let asked = fleet.total("requests") - requests - 3 * 2;
+    assert!(asked <= 2, "the copies made {asked} requests to the proxies");
+    let hits = direct(&client).0;
     // Reported to the slots (at the latest when the client goes): counted as the hits they were.
     drop(client);
     assert_eq!(fleet.total("hits") - proxy_hits, hits, "the slots counted the direct hits");

@@ -376,7 +376,8 @@ fn prefetch_over_a_dataset_twice_the_cache_fetches_nothing_twice_and_keeps_the_b
         let (hits, gets) = (fleet.total("hits") - hits, moto().gets_settled(&bucket) as u64 - gets);
         assert!(
             gets <= OBJECTS as u64,
-            "epoch {epoch}: {gets} GETs for {OBJECTS} objects: one was fetched twice"
+            "epoch {epoch}: {gets} GETs for {OBJECTS} objects: one was fetched twice: {:#?}",
+            crate::common::fleet::repeated_gets(&[("node".into(), fleet.run_dir.clone())], 2)
         );
         per_epoch.push((hits, gets));
     }

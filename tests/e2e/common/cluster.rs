@@ -147,20 +147,9 @@ impl Cluster {
     /// The origin GETs of the same bytes made more than once in the cluster, each with the lines of
     /// every node's and slot's origin request log that made it (for a failing test to show).
     pub fn repeated_gets(&self) -> Vec<String> {
-        let mut by_target: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-        for (i, node) in self.nodes.iter().enumerate() {
-            for slot in 0..self.slots {
-                let log = std::fs::read_to_string(node.run_dir.join(format!("origin-{slot}.log")))
-                    .unwrap_or_default();
-                for line in log.lines().filter(|l| l.contains(" GET ")) {
-                    // "<time> GET <url> bytes=<a>-<b> [if-match=..] attempt=.."
-                    let mut words = line.split(' ').skip(2);
-                    let target = format!("{} {}", words.next().unwrap_or(""), words.next().unwrap_or(""));
-                    by_target.entry(target).or_default().push(format!("{}/{slot}: {line}", self.ids[i]));
-                }
-            }
-        }
-        by_target.into_values().filter(|lines| lines.len() > 1).flatten().collect()
+        let dirs: Vec<_> =
+            self.nodes.iter().enumerate().map(|(i, n)| (self.ids[i].clone(), n.run_dir.clone())).collect();
+        super::fleet::repeated_gets(&dirs, self.slots)
     }
 
     /// Pids of node `i`'s slots.

@@ -156,6 +156,24 @@ impl Drop for Fleet {
     }
 }
 
+/// The origin GETs of the same bytes asked more than once, from the slots' origin logs of every
+/// `(label, run dir)` (`<label>/<slot>: <log line>`): what a test that counts GETs shows when it fails.
+pub fn repeated_gets(run_dirs: &[(String, std::path::PathBuf)], slots: u32) -> Vec<String> {
+    let mut by_target: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (label, run_dir) in run_dirs {
+        for slot in 0..slots {
+            let log = std::fs::read_to_string(run_dir.join(format!("origin-{slot}.log"))).unwrap_or_default();
+            for line in log.lines().filter(|l| l.contains(" GET ")) {
+                // "<time> GET <url> bytes=<a>-<b> [if-match=..] attempt=.."
+                let mut words = line.split(' ').skip(2);
+                let target = format!("{} {}", words.next().unwrap_or(""), words.next().unwrap_or(""));
+                by_target.entry(target).or_default().push(format!("{label}/{slot}: {line}"));
+            }
+        }
+    }
+    by_target.into_values().filter(|lines| lines.len() > 1).flatten().collect()
+}
+
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
