@@ -1,6 +1,6 @@
 //! The SSD chunk store: 1 MiB chunks of origin objects kept as files on local disk.
 //!
-//! - [`ChunkKey`] / [`ChunkId`] and [`format`]: a chunk's identity, its 128-bit hash and the chunk
+//! - [`ChunkKey`] / [`ChunkId`] and [`mod@format`]: a chunk's identity, its 128-bit hash and the chunk
 //!   file format (checksummed header bound to the key, page-aligned data). They live in
 //!   `memarts_protocol::chunk_file`, since shims read chunk files too (a direct hit).
 //! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
