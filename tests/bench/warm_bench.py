@@ -75,10 +75,20 @@ def large_cat(url, path, size, reps):
             "ratio": min(cat) / min(memarts)}
 
 
-def _read_urls(urls):
+def _mark(data, full):
+    """What a read returned: its CRC32 (`full`, untimed passes) or its length and edges (timed
+    passes: a CRC32 in the loop would cost each side as much as the read it measures)."""
+    return zlib.crc32(data) if full else (len(data), data[:8], data[-8:])
+
+
+def _read_urls(urls, full=False):
     import memarts as mox
 
-    return [zlib.crc32(mox.file.read(u, binary=True)) for u in urls]
+    return [_mark(mox.file.read(u, binary=True), full) for u in urls]
+
+
+def _read_urls_checked(urls):
+    return _read_urls(urls, True)
 
 
 def _direct_counts(_):
@@ -88,11 +98,11 @@ def _direct_counts(_):
     return os.getpid(), {k: v for k, v in mox.stats().items() if k.startswith("direct")}
 
 
-def _read_paths(paths):
+def _read_paths(paths, full=False):
     out = []
     for p in paths:
         with open(p, "rb") as f:
-            out.append(zlib.crc32(f.read()))
+            out.append(_mark(f.read(), full))
     return out
 
 
@@ -101,12 +111,14 @@ def _parts(items, n):
 
 
 def small_files(urls, paths, reps, workers):
-    """`workers` processes reading every small file once: through memarts, and from local copies."""
-    want = _read_paths(paths)
+    """`workers` processes reading every small file once: through memarts, and from local copies.
+    Every byte is checked (CRC32) in an untimed pass before and after the timed ones; the timed
+    passes check each file's length and edges."""
+    want = _read_paths(paths, True)
+    marks = _read_paths(paths)
     total = sum(os.path.getsize(p) for p in paths)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(workers) as pool:
-        pool.map(_read_urls, _parts(urls, workers))  # every worker has its client
 
         def epoch(fn, items):
             parts = pool.map(fn, _parts(items, workers))
@@ -115,16 +127,20 @@ def small_files(urls, paths, reps, workers):
                 got[w::workers] = part
             return got
 
+        if epoch(_read_urls_checked, urls) != want:  # also gives every worker its client
+            raise AssertionError("memarts: wrong bytes")
         local, mem = [], []
         for _ in range(reps):
             t, got = best(lambda: epoch(_read_paths, paths), 1)
             local.append(t)
-            if got != want:
-                raise AssertionError("local files: wrong bytes")
+            if got != marks:
+                raise AssertionError("local files: wrong lengths or bytes")
             t, got = best(lambda: epoch(_read_urls, urls), 1)
             mem.append(t)
-            if got != want:
-                raise AssertionError("memarts: wrong bytes")
+            if got != marks:
+                raise AssertionError("memarts: wrong lengths or bytes")
+        if epoch(_read_urls_checked, urls) != want:
+            raise AssertionError("memarts: wrong bytes")
         # Every worker's counters (a few calls per worker, so that each is asked at least once).
         direct = {}
         for pid, counts in pool.map(_direct_counts, range(workers * 8), chunksize=1):
