@@ -237,10 +237,12 @@ fn warmup_fetches_each_chunk_once_and_leaves_the_next_epoch_nothing_to_ask() {
 
 /// A LIST of more than one page is read while it is listed: the objects of the first page are
 /// fetched before the last page has come, instead of after it (the slots' origin logs give each
-/// request's end). One LIST in all still, and every object read once.
+/// request's end and duration). One LIST in all still, and every object read once.
 #[test]
 fn warmup_reads_the_first_page_of_the_listing_while_the_rest_is_listed() {
-    const OBJECTS: usize = 1100; // two pages of a LIST
+    // Two full pages of a LIST: moto takes ~0.3 s to list a page of 1,000, a window in which the
+    // readers start on the first page.
+    const OBJECTS: usize = 2000;
     let bucket = moto().bucket("warmpages");
     moto().put_many(&bucket, (0..OBJECTS).map(|i| (format!("p/{i:04}"), pattern(5000 + i as u64, 1000))));
     let fleet = Fleet::start(2, &[]);
@@ -250,24 +252,29 @@ fn warmup_reads_the_first_page_of_the_listing_while_the_rest_is_listed() {
     assert!(text(&out.stdout).contains(&format!("read {OBJECTS} objects")), "{}", text(&out.stdout));
     assert!(text(&out.stderr).contains("read while listing"), "{}", text(&out.stderr));
     assert_eq!(moto().gets_settled(&bucket), OBJECTS, "one GET per object");
-    // `<end time> <op> <target> ...`, from every slot.
-    let mut ends: Vec<(f64, String)> = (0..2)
+    // `<end time> <op> <target> attempt=N <outcome> <took>ms`, from every slot: (start, end, op).
+    let mut requests: Vec<(f64, f64, String)> = (0..2)
         .flat_map(|slot| {
             std::fs::read_to_string(fleet.run_dir.join(format!("origin-{slot}.log")))
                 .unwrap_or_default()
                 .lines()
                 .map(|l| {
-                    let mut f = l.split_whitespace();
-                    (f.next().unwrap().parse().unwrap(), f.next().unwrap().to_string())
+                    let f: Vec<&str> = l.split_whitespace().collect();
+                    let end: f64 = f[0].parse().unwrap();
+                    let took: f64 = f[f.len() - 1].trim_end_matches("ms").parse().unwrap();
+                    (end - took / 1000.0, end, f[1].to_string())
                 })
                 .collect::<Vec<_>>()
         })
         .collect();
-    ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let lists: Vec<f64> = ends.iter().filter(|(_, op)| op.starts_with("LIST")).map(|(t, _)| *t).collect();
-    assert_eq!(lists.len(), 2, "one LIST, of two pages: {ends:?}");
-    let gets_before_last_page = ends.iter().filter(|(t, op)| op == "GET" && *t < lists[1]).count();
-    assert!(gets_before_last_page > 0, "nothing was read before the listing ended: {:?}", &ends[..10]);
+    requests.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let lists: Vec<f64> = requests.iter().filter(|(_, _, op)| op.starts_with("LIST")).map(|r| r.1).collect();
+    assert_eq!(lists.len(), 2, "one LIST, of two pages: {requests:?}");
+    // Started while the last page was still to come (ends depend on the machine's load; a warmup
+    // that listed first would start no GET before the last page ended).
+    let started_before_last_page =
+        requests.iter().filter(|(start, _, op)| op == "GET" && *start < lists[1]).count();
+    assert!(started_before_last_page > 0, "nothing was read before the listing ended: {:?}", &requests[..10]);
 }
 
 /// On a terminal, `memarts warmup` draws its progress: bytes done of the total, the rate and an
