@@ -466,10 +466,7 @@ def main():
             print(f"{name:<34} {row['mbs']:>8.1f} {row['vs_link']:>7.2f} {row['vs_measured_link']:>11.2f}{spread}")
         else:
             print(f"{name:<34} {row}")
-    path = os.path.join(ROOT, "tests", "bench", "results", "link.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=2)
-    print(f"wrote {path}")
+    python_bench.write_results("link", res)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ streaming GET (rclone); `compare.py` measures cold reads over an emulated link. 
 tests/bench/results/mount.json. Asserts nothing about timings.
 """
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_bench import MEMARTS, ROOT, SMALL, make_dataset, moto_workspace  # noqa: E402
+from python_bench import MEMARTS, SMALL, make_dataset, moto_workspace, write_results  # noqa: E402
 
 LARGE = (256 if SMALL else 1024) << 20
 SMALL_FILES = 500 if SMALL else 2000
@@ -214,10 +213,7 @@ def main():
         print(f"{k}: {v:.2f}x")
     for k, v in unavailable.items():
         print(f"{k}: {v}")
-    path = os.path.join(ROOT, "tests", "bench", "results", "mount.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
-    print(f"wrote {path}")
+    write_results("mount", out)
 
 
 if __name__ == "__main__":

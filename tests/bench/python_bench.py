@@ -95,6 +95,14 @@ def best_rate(fn, total_bytes, rounds=3):
     return best
 
 
+def write_results(name, res):
+    """Writes `res` to tests/bench/results/<name>.json, for report.py, and says where."""
+    path = os.path.join(ROOT, "tests", "bench", "results", f"{name}.json")
+    with open(path, "w") as f:
+        json.dump(res, f, indent=2)
+    print(f"wrote {path}")
+
+
 def small_files(s3, bucket, proxies_list=(1, 4)):
     """Warm 128 KiB reads, one process, against `open().read()` of the same files in the page cache;
     once per fleet size (a reader's files spread over every slot, so a slot sees a request every
@@ -216,10 +224,7 @@ def main():
                       "warm_small_vs_page_cache_1_proxy": small_by_fleet[1]["ratio"],
                       "proxy_vs_embedded_added_pss": mem["ratio_added"]},
            "goals": {"warm_small_vs_page_cache": ">= 0.7", "proxy_vs_embedded_pss": "<= 0.35"}}
-    path = os.path.join(ROOT, "tests", "bench", "results", "python.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=2)
-    print(f"wrote {path}")
+    write_results("python", out)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import relay  # noqa: E402
-from python_bench import MEMARTS, ROOT, start_moto  # noqa: E402
+from python_bench import MEMARTS, start_moto, write_results  # noqa: E402
 
 MIB = 1 << 20
 
@@ -95,10 +95,7 @@ def main():
     print(f"cold {size // MIB} MiB over {stop_relay.params}: stream {rates['stream']:.0f} MB/s, "
           f"16 MiB windows {rates['windows']:.0f} MB/s, one chunk per round trip {rates['per_chunk']:.0f} MB/s; "
           f"ratios {json.dumps(res['ratios'])}")
-    path = os.path.join(ROOT, "tests", "bench", "results", "stream.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=2)
-    print(f"wrote {path}")
+    write_results("stream", res)
 
 
 if __name__ == "__main__":

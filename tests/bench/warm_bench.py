@@ -18,7 +18,6 @@ The origin is moto (nothing here reads from it after the warm-up). The fleet has
 metadata TTL of an hour (`--meta-ttl 3600`, as for any dataset that does not change).
 """
 
-import json
 import multiprocessing
 import os
 import random
@@ -31,9 +30,9 @@ import zlib
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import python_bench  # noqa: E402  (MEMARTS, ROOT, moto_workspace)
+import python_bench  # noqa: E402  (MEMARTS, moto_workspace, write_results)
 
-MEMARTS, ROOT = python_bench.MEMARTS, python_bench.ROOT
+MEMARTS = python_bench.MEMARTS
 SMALL_SCALE = os.environ.get("BENCH_SCALE") == "small"
 BUCKET = "warmbench"
 KIB, MIB = 1 << 10, 1 << 20
@@ -204,10 +203,7 @@ def main():
     for r in (s4, s1):
         print(f"{r['workers']} worker(s), {r['files']} small files: memarts {r['memarts_mbs']:.0f} MB/s vs local files "
               f"{r['local_mbs']:.0f} MB/s ({r['ratio']:.2f}x); direct reads by the workers: {r['direct']}")
-    path = os.path.join(ROOT, "tests", "bench", "results", "warm.json")
-    with open(path, "w") as f:
-        json.dump(res, f, indent=2)
-    print(f"wrote {path}")
+    python_bench.write_results("warm", res)
 
 
 if __name__ == "__main__":
