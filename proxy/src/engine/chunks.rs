@@ -94,7 +94,7 @@ impl Engine {
                 if let Some(f) = this.staged.take(id) {
                     leader.publish(Ok(f.clone()));
                     if !this.info.passthrough {
-                        this.persist(&key, id, f, returning).await;
+                        this.persist(&key, id, f, returning, None).await;
                     }
                     return;
                 }
@@ -115,7 +115,7 @@ impl Engine {
                 if let Ok(f) = fetched {
                     this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
                     if !this.info.passthrough {
-                        this.persist(&key, id, f, returning).await;
+                        this.persist(&key, id, f, returning, None).await;
                     }
                 }
                 drop(leader);
@@ -200,10 +200,17 @@ impl Engine {
     /// capacity, even with many writes in flight. A chunk the index does not admit (colder than
     /// what it would push out) is not written and pushes nothing out: its readers were served.
     /// `returning`: whether the read that fetched it was a re-read (`ChunkIndex::record_read`).
-    pub(super) async fn persist(&self, key: &ChunkKey, id: u128, fetched: Fetched, returning: bool) {
+    pub(super) async fn persist(
+        &self,
+        key: &ChunkKey,
+        id: u128,
+        fetched: Fetched,
+        returning: bool,
+        promised_as: Option<u128>,
+    ) {
         let Fetched { data, crc32c } = fetched;
         let need = on_disk_len(key, data.len() as u64);
-        let Some(victims) = self.index().admit(id, need, returning) else {
+        let Some(victims) = self.index().admit(id, need, returning, promised_as) else {
             self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
             return;
         };

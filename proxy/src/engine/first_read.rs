@@ -151,7 +151,7 @@ impl Engine {
                         let etag = meta.etag.as_deref().unwrap_or_default();
                         let key = ChunkKey::new(&url, etag, chunk_size, 0);
                         let returning = this.count_read(key.id().0, by);
-                        this.persist(&key, key.id().0, f.clone(), returning).await;
+                        this.persist(&key, key.id().0, f.clone(), returning, Some(flight)).await;
                     }
                 }
                 leader.publish(got);

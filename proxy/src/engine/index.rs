@@ -84,7 +84,9 @@ pub struct ChunkIndex {
     prefetched: LruCache<u128, Awaited>,
     /// How long an awaited chunk is kept from eviction ([`AWAITED_FOR`]; shorter in tests).
     awaited_for: Duration,
-    /// Bytes promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet.
+    /// Room promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet, by
+    /// what it is for (a chunk's id, or the first read of a cold object), and its sum.
+    promises: HashMap<u128, u64>,
     promised: u64,
 }
 
@@ -113,6 +115,7 @@ impl ChunkIndex {
             sized: false,
             prefetched: LruCache::new(std::num::NonZeroUsize::new(PREFETCHED_MAX).expect("non-zero")),
             awaited_for: AWAITED_FOR,
+            promises: HashMap::new(),
             promised: 0,
         }
     }
@@ -295,14 +298,31 @@ impl ChunkIndex {
     /// room, and the chunk is kept only if it outweighs each of them (`ChunkIndex::outweighs`).
     /// A chunk larger than the whole budget is not kept.
     ///
+    /// Room promised to prefetches still being fetched is not free: a fill takes it only if it is
+    /// the chunk it was promised to (by `id`, or by `promised_as`, the cold first read it was
+    /// promised under), and that promise is then used up. Otherwise a fill that no prefetch
+    /// promised (a staged chunk's read, a client's own miss) could take the last free room while
+    /// a promised chunk is on its way, and that chunk, refused when it lands, would be fetched
+    /// again by its read.
+    ///
     /// `returning`: what [`ChunkIndex::record_read`] said of the read that fetched it.
-    pub fn admit(&mut self, id: u128, bytes: u64, returning: bool) -> Option<Vec<(u128, u64)>> {
+    pub fn admit(
+        &mut self,
+        id: u128,
+        bytes: u64,
+        returning: bool,
+        promised_as: Option<u128>,
+    ) -> Option<Vec<(u128, u64)>> {
+        self.release(id);
+        if let Some(key) = promised_as {
+            self.release(key);
+        }
         if self.capacity.is_none() || self.policy != Eviction::TinyLfu {
             self.insert(id, bytes);
             return Some(self.evict_over_capacity(Some(id)));
         }
         let candidate = self.frequency(id).saturating_sub(1);
-        let victims = self.victims_for(Some(id), bytes, candidate, returning)?;
+        let victims = self.victims_for(Some(id), self.promised + bytes, candidate, returning)?;
         for &(victim, _) in &victims {
             self.remove(victim);
         }
@@ -312,28 +332,32 @@ impl ChunkIndex {
 
     /// Whether a chunk of about `bytes`, whose read is not counted yet, would be kept if it were
     /// fetched now, beside what is promised to prefetches being fetched: [`ChunkIndex::admit`] as
-    /// a dry run. If so, the room is promised to it until [`ChunkIndex::release`], so that
-    /// prefetches running at once do not all count on the same free room and then all but one
-    /// see their chunk refused (and fetched again by its read). `id`: `None` for a chunk of an
-    /// object whose version is not known yet (cold: never read at this version, so it is kept
-    /// only if it fits).
-    ///
-    /// `Some(promised)`: it would be kept, and `promised` bytes (0 when nothing needs counting:
-    /// `lru`, or no capacity) are to be released; `None`: it would not be kept.
-    pub fn promise(&mut self, id: Option<u128>, bytes: u64) -> Option<u64> {
+    /// a dry run. If so, the room is promised to it (under `key`: its id, or for a chunk 0 of
+    /// an object whose version is not known yet, the object's first read) until it is admitted
+    /// or [`ChunkIndex::release`]d, so that prefetches running at once do not all count on the
+    /// same free room and then all but one see their chunk refused (and fetched again by its
+    /// read). `id`: `None` for a chunk of an object whose version is not known yet (cold: never
+    /// read at this version, so it is kept only if it fits). False: it would not be kept.
+    pub fn promise(&mut self, key: u128, id: Option<u128>, bytes: u64) -> bool {
         if self.capacity.is_none() || self.policy != Eviction::TinyLfu {
-            return Some(0);
+            return true;
         }
         let candidate = id.map_or(0, |id| self.frequency(id));
         let returning = id.is_some_and(|id| self.clock.knows(id));
-        self.victims_for(id, self.promised + bytes, candidate, returning)?;
+        if self.victims_for(id, self.promised + bytes, candidate, returning).is_none() {
+            return false;
+        }
+        *self.promises.entry(key).or_insert(0) += bytes;
         self.promised += bytes;
-        Some(bytes)
+        true
     }
 
-    /// The prefetch that [`ChunkIndex::promise`]d `bytes` ended (its chunk indexed, or not).
-    pub fn release(&mut self, bytes: u64) {
-        self.promised = self.promised.saturating_sub(bytes);
+    /// The prefetch promised room under `key` ended; what its chunk's admission did not use up
+    /// is free again.
+    pub fn release(&mut self, key: u128) {
+        if let Some(bytes) = self.promises.remove(&key) {
+            self.promised -= bytes;
+        }
     }
 
     /// The least recently used chunks that make room for `bytes` of `id` under the TinyLFU policy

@@ -34,6 +34,7 @@ use memarts_protocol::{
 };
 use tokio::sync::Notify;
 
+use super::first_read::first_flight;
 use super::{bad_request, parse_url, Engine, ReadBy};
 use crate::chunk_store::format::on_disk_len;
 use crate::chunk_store::ChunkKey;
@@ -276,14 +277,13 @@ async fn drive(prefetcher: Arc<Prefetcher>, engine: Weak<Engine>) {
 /// Room the index promised to a prefetch's chunk, released when the fetch is over.
 struct PromisedRoom<'a> {
     engine: &'a Engine,
-    bytes: u64,
+    /// What the room is promised to (`ChunkIndex::promise`).
+    key: u128,
 }
 
 impl Drop for PromisedRoom<'_> {
     fn drop(&mut self) {
-        if self.bytes > 0 {
-            self.engine.index().release(self.bytes);
-        }
+        self.engine.index().release(self.key);
     }
 }
 
@@ -354,18 +354,23 @@ impl Engine {
     /// Room promised for chunk 0 of `url` if the index would keep it were it fetched now: of the
     /// version whose metadata is known, else of a version never read (kept only if it fits).
     fn promise_first_chunk(&self, url: &str, chunk_size: u64) -> Option<PromisedRoom<'_>> {
-        let Ok(parsed) = parse_url(url) else { return self.promise_room(None, 0) }; // the read says why
+        let Ok(parsed) = parse_url(url) else { return self.promise_room(0, None, 0) }; // the read says why
         let known = self.meta.get(url);
         let etag = known.as_ref().and_then(|m| m.etag.as_deref());
         let key = ChunkKey::new(&parsed, etag.unwrap_or_default(), chunk_size, 0);
         let len = known.as_ref().map_or(chunk_size, |m| m.size.min(chunk_size));
-        self.promise_room(etag.map(|_| key.id().0), on_disk_len(&key, len))
+        let id = etag.map(|_| key.id().0);
+        // A cold chunk 0 comes with the metadata in the object's first read: promised to that.
+        let promised_to = id.unwrap_or_else(|| first_flight(&parsed, chunk_size));
+        self.promise_room(promised_to, id, on_disk_len(&key, len))
     }
 
-    /// Room for a chunk a prefetch is about to fetch (`ChunkIndex::promise`), held until dropped.
-    fn promise_room(&self, id: Option<u128>, bytes: u64) -> Option<PromisedRoom<'_>> {
-        let bytes = self.index().promise(id, bytes)?;
-        Some(PromisedRoom { engine: self, bytes })
+    /// Room for a chunk a prefetch is about to fetch (`ChunkIndex::promise`), promised to `key`
+    /// until its admission or until dropped.
+    fn promise_room(&self, key: u128, id: Option<u128>, bytes: u64) -> Option<PromisedRoom<'_>> {
+        // Not `then_some`: a room made and dropped under the index's lock would take it again.
+        let promised = self.index().promise(key, id, bytes);
+        promised.then(|| PromisedRoom { engine: self, key })
     }
 
     /// Reads `url` the way a client's read would (chunk 0 with the metadata, then the chunks this
@@ -401,7 +406,7 @@ impl Engine {
                 continue;
             }
             let len = (meta.size - index * chunk_size).min(chunk_size);
-            let Some(_room) = self.promise_room(Some(id), on_disk_len(&key, len)) else {
+            let Some(_room) = self.promise_room(id, Some(id), on_disk_len(&key, len)) else {
                 let range = index * chunk_size..index * chunk_size + len;
                 fetched += u64::from(self.stage_chunk(&parsed, id, range, &etag).await?);
                 continue;
