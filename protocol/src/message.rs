@@ -226,6 +226,23 @@ pub enum Request {
     /// hits they were, for its counters and for its eviction (recency and frequency), as if it had
     /// served them. Answered with `Touched`.
     Touched(Vec<Touch>),
+    /// Objects to bring into the cache as a first read of each would (metadata and chunk 0: one
+    /// GET when cold; counted as reads), without sending their bytes back: `memarts warmup`. Sent
+    /// to the slot that owns each one's chunk 0; answered with `Filled` once all are done. An
+    /// older proxy answers `BadRequest` (it cannot decode the variant) and closes the connection:
+    /// the client then reads them instead.
+    Fill(FillRequest),
+}
+
+/// Most URLs one `Fill` may carry.
+pub const MAX_FILL_URLS: usize = 256;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FillRequest {
+    /// At most [`MAX_FILL_URLS`], each a URL a read would name.
+    pub urls: Vec<String>,
+    /// The chunk size the client reads with (part of every chunk's identity).
+    pub chunk_size: u64,
 }
 
 /// Most chunks one `Touched` may carry.
@@ -331,6 +348,9 @@ pub enum Response {
     Touched {
         counted: u32,
     },
+    /// Answer to `Fill`: each object's metadata (its chunk 0 is cached, unless the cache would not
+    /// keep it), or why it could not be read, in request order.
+    Filled(Vec<Result<ObjectMeta, WireError>>),
 }
 
 #[cfg(test)]

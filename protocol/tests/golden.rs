@@ -174,3 +174,13 @@ fn touched_is_appended_after_metrics() {
     );
     assert_eq!(&frame_of(&Response::Touched { counted: 3 })[8..], &[17, 3]);
 }
+
+#[test]
+fn fill_is_appended_after_touched() {
+    let req = Request::Fill(memarts_protocol::FillRequest { urls: vec!["s3://b/k".into()], chunk_size: 300 });
+    assert_eq!(&frame_of(&req)[8..], &[19, 1, 8, b's', b'3', b':', b'/', b'/', b'b', b'/', b'k', 0xac, 0x02]);
+    let err = memarts_protocol::WireError::new(memarts_protocol::ErrorCode::NotFound, "no");
+    let resp = Response::Filled(vec![Err(err)]);
+    assert_eq!(frame_of(&resp)[8], 18);
+    assert_eq!(&frame_of(&resp)[9..12], &[1, 1, 0], "one result, Err, of code 0");
+}

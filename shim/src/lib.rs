@@ -14,6 +14,7 @@
 //! - [`stream`]: a sequential reader of one pinned version that keeps a growing window of chunk
 //!   fetches in flight on background threads (read-ahead for `cat`, Python `File` reads).
 //! - [`prefetch`]: hints of what will be read next, each sent to the slot its read starts at.
+//! - `warm`: objects brought into the cache without their bytes coming back (`memarts warmup`).
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
 //! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
@@ -38,6 +39,7 @@ pub mod prefetch;
 mod read;
 pub mod stream;
 pub mod trust;
+mod warm;
 mod write;
 
 pub use client::{absolutize, fleet_running, fleet_slots, Client};

@@ -77,7 +77,7 @@ impl Client {
                         counters.queued.fetch_add(q.into(), Ordering::Relaxed);
                         queued += q as usize;
                     }
-                    Err(Error::BadRequest(why)) if why.contains("malformed message") => {
+                    Err(e) if e.is_unknown_request() => {
                         self.set_prefetch_unsupported(slot);
                         counters.unsupported.fetch_add(n, Ordering::Relaxed);
                         break;

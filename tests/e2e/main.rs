@@ -15,6 +15,7 @@ mod crash_leftovers;
 mod credentials;
 mod direct;
 mod engine_fallback;
+mod fill;
 mod fork;
 mod install;
 mod lifecycle;

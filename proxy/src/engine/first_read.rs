@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memarts_protocol::{
-    owner_slot, ChunkRequest, ErrorCode, FirstRequest, ObjectMeta, ObjectUrl, WireError, MAX_CHUNK_SIZE,
-    MIN_CHUNK_SIZE,
+    owner_slot, ChunkRequest, ErrorCode, FillRequest, FirstRequest, ObjectMeta, ObjectUrl, WireError,
+    MAX_CHUNK_SIZE, MAX_FILL_URLS, MIN_CHUNK_SIZE,
 };
 
-use super::{parse_url, ChunkOutcome, Engine, Fetched, ReadBy};
+use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, ReadBy};
 use crate::chunk_store::ChunkKey;
 
 /// The flight of the cold first read of `url` at `chunk_size` (metadata and chunk 0 in one GET).
@@ -27,6 +27,24 @@ impl Engine {
         req: &FirstRequest,
     ) -> Result<(ObjectMeta, Option<ChunkOutcome>), WireError> {
         self.read_first_routed(req, true, ReadBy::Client).await
+    }
+
+    /// `Fill`: a first read of each of `req.urls` (all at once), as [`Engine::read_first`] makes
+    /// it, keeping only the metadata: the bytes stay in the cache (`memarts warmup`, which has no
+    /// use for them, no longer has them copied through the socket). Per object, its metadata or
+    /// why it could not be read.
+    pub async fn fill(
+        self: &Arc<Self>,
+        req: &FillRequest,
+    ) -> Result<Vec<Result<ObjectMeta, WireError>>, WireError> {
+        if req.urls.len() > MAX_FILL_URLS {
+            return Err(bad_request(format!("a fill of {} URLs exceeds {MAX_FILL_URLS}", req.urls.len())));
+        }
+        let firsts = req.urls.iter().map(|url| async move {
+            let first = FirstRequest { url: url.clone(), chunk_size: req.chunk_size, refresh: false };
+            self.read_first(&first).await.map(|(meta, _chunk)| meta)
+        });
+        Ok(futures::future::join_all(firsts).await)
     }
 
     /// [`Engine::read_first`]; without `route`, never from a peer (a read a peer asked for); `by`:

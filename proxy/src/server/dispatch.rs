@@ -87,6 +87,10 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             cx.answer(Ok(Response::Metrics(metrics))).await
         }
         Request::Touched(touches) => touched(cx, &touches).await,
+        Request::Fill(req) => {
+            let reply = cx.engine.fill(&req).await.map(Response::Filled);
+            cx.answer(reply).await
+        }
     }
 }
 

@@ -57,6 +57,7 @@ impl LocalAccess {
             Request::List(l) => vec![(&l.url, read)],
             Request::ReadChunks(cs) => cs.iter().map(|c| (c.url.as_str(), read)).collect(),
             Request::Prefetch(p) => p.urls.iter().map(|u| (u.as_str(), read)).collect(),
+            Request::Fill(f) => f.urls.iter().map(|u| (u.as_str(), read)).collect(),
             Request::PutStart { url } | Request::Delete { url } => vec![(url, write)],
             Request::Hello(_)
             | Request::Status
