@@ -13,10 +13,11 @@ use crate::error::{Error, Result};
 impl Client {
     /// Has each of `urls` read into the cache as its first read would (metadata and chunk 0, one
     /// GET when cold), without its bytes: per URL, in order, its metadata or why it could not be
-    /// read. One request per slot, one slot after the other (batches of URLs over several slots
-    /// measured no faster for `memarts warmup` than one URL per call from many threads). The rest of an object larger than a chunk is the caller's to read. A slot too old to
-    /// know `Fill` answers with an error for which [`Error::is_unknown_request`] holds (the caller
-    /// reads those objects instead).
+    /// read. The rest of an object larger than a chunk is the caller's to read. One request per
+    /// slot, one slot after the other (batches of URLs over several slots measured no faster for
+    /// `memarts warmup` than one URL per call from many threads). A slot too old to know `Fill`
+    /// answers with an error for which [`Error::is_unknown_request`] holds (the caller reads
+    /// those objects instead).
     pub fn fill_heads(&self, urls: &[&str]) -> Vec<Result<ObjectMeta>> {
         let cs = self.cfg.chunk_size;
         let slots = self.slots();
