@@ -43,26 +43,6 @@ pub enum Error {
 }
 
 impl Error {
-    /// The same error again (for each of the objects a failed batch request named): an I/O error
-    /// keeps its kind and message.
-    pub fn duplicate(&self) -> Error {
-        match self {
-            Error::NotFound(m) => Error::NotFound(m.clone()),
-            Error::Stale(m) => Error::Stale(m.clone()),
-            Error::PermissionDenied(m) => Error::PermissionDenied(m.clone()),
-            Error::Origin(m) => Error::Origin(m.clone()),
-            Error::Corrupt(m) => Error::Corrupt(m.clone()),
-            Error::NoSpace(m) => Error::NoSpace(m.clone()),
-            Error::BadRequest(m) => Error::BadRequest(m.clone()),
-            Error::Unavailable(m) => Error::Unavailable(m.clone()),
-            Error::Internal(m) => Error::Internal(m.clone()),
-            Error::Protocol(m) => Error::Protocol(m.clone()),
-            Error::Untrusted(m) => Error::Untrusted(m.clone()),
-            Error::Config(e) => Error::Config(e.clone()),
-            Error::Io(e) => Error::Io(std::io::Error::new(e.kind(), e.to_string())),
-        }
-    }
-
     /// Whether a proxy refused the request as one it cannot decode: it is of an older build.
     pub fn is_unknown_request(&self) -> bool {
         matches!(self, Error::BadRequest(why) if why.contains("malformed message"))

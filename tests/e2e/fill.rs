@@ -3,13 +3,10 @@
 //! chunk 0), and only its metadata comes back; a missing or malformed object fails alone; malformed
 //! requests get a typed error and leave the proxy serving.
 
-use std::io::Write;
-use std::os::unix::net::UnixStream;
-
-use memarts_protocol::{frame, ErrorCode, FillRequest, Request, Response, MAX_FILL_URLS};
+use memarts_protocol::{ErrorCode, FillRequest, Request, Response, MAX_FILL_URLS};
 use memarts_shim::Error;
 
-use crate::common::raw::{hello, read_response};
+use crate::common::raw::{call, welcomed};
 use crate::common::{moto, pattern, Fleet};
 
 const CS: u64 = 64 << 10;
@@ -33,7 +30,7 @@ fn a_fill_caches_each_objects_first_chunk_and_answers_only_its_metadata() {
     let mut urls: Vec<&str> = objects.iter().map(|(u, _)| u.as_str()).collect();
     urls.insert(2, &missing);
     urls.push("gopher://nowhere/x");
-    let filled = client.fill_heads(&urls);
+    let filled: Vec<_> = urls.iter().map(|u| client.fill_head(u)).collect();
     assert_eq!(filled.len(), urls.len());
     assert!(matches!(&filled[2], Err(Error::NotFound(_))), "a missing object: {:?}", filled[2]);
     assert!(matches!(filled.last(), Some(Err(Error::BadRequest(_)))), "a bad URL: {:?}", filled.last());
@@ -49,7 +46,7 @@ fn a_fill_caches_each_objects_first_chunk_and_answers_only_its_metadata() {
     let rest: u64 = sizes.iter().map(|s| s.div_ceil(CS).saturating_sub(1)).sum();
     assert_eq!(moto().gets_settled(&bucket) as u64, sizes.len() as u64 + 1 + rest);
     // Filling what is cached asks the origin nothing.
-    let again = client.fill_heads(&urls[..2]);
+    let again: Vec<_> = urls[..2].iter().map(|u| client.fill_head(u)).collect();
     assert!(again.iter().all(Result::is_ok), "{again:?}");
     assert_eq!(moto().gets_settled(&bucket) as u64, sizes.len() as u64 + 1 + rest);
 }
@@ -60,14 +57,8 @@ fn malformed_fills_get_a_typed_error_and_the_proxy_keeps_serving() {
     let want = pattern(4200, 5000);
     moto().put(&bucket, "o", &want);
     let fleet = Fleet::start(1, &[]);
-    let mut s = UnixStream::connect(fleet.run_dir.join("proxy-0.sock")).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
-    s.write_all(&hello()).unwrap();
-    assert!(matches!(read_response(&mut s), Some(Response::Welcome(_))));
-    let mut call = |req: &Request| {
-        s.write_all(&frame::encode(req, 0).unwrap()).unwrap();
-        read_response(&mut s)
-    };
+    let mut s = welcomed(&fleet.run_dir.join("proxy-0.sock"));
+    let mut call = |req: &Request| call(&mut s, req);
     let fill = |urls: Vec<String>, chunk_size: u64| Request::Fill(FillRequest { urls, chunk_size });
     let too_many = (0..=MAX_FILL_URLS).map(|i| format!("s3://{bucket}/k{i}")).collect();
     match call(&fill(too_many, CS)) {

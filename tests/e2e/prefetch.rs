@@ -4,7 +4,6 @@
 //! SlowDown bursts every read still succeeds and the slot fetches fewer objects at once.
 
 use std::io::Write;
-use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use memarts_protocol::{
@@ -14,7 +13,7 @@ use memarts_protocol::{
 use memarts_shim::Client;
 
 use crate::common::fault_relay::{Fault, FaultRelay, Match};
-use crate::common::raw::{hello, read_response};
+use crate::common::raw::{call, read_response, welcomed};
 use crate::common::{moto, pattern, Fleet};
 
 const CS: u64 = 64 << 10;
@@ -172,17 +171,7 @@ fn malformed_and_huge_prefetch_requests_get_a_typed_error_and_the_proxy_stays_up
     moto().put(&bucket, "o", &want);
     let fleet = Fleet::start(1, &[]);
     let sock = fleet.run_dir.join("proxy-0.sock");
-    let connect = || {
-        let mut s = UnixStream::connect(&sock).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(&hello()).unwrap();
-        assert!(matches!(read_response(&mut s), Some(Response::Welcome(_))));
-        s
-    };
-    let call = |s: &mut UnixStream, req: &Request| {
-        s.write_all(&frame::encode(req, 0).unwrap()).unwrap();
-        read_response(s)
-    };
+    let connect = || welcomed(&sock);
     let bad = |urls: Vec<String>, chunk_size: u64| Request::Prefetch(PrefetchRequest { urls, chunk_size });
     let mut s = connect();
     let too_many = (0..=MAX_PREFETCH_URLS).map(|i| format!("s3://{bucket}/k{i}")).collect();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use memarts_protocol::{frame, ErrorCode, Hello, Limits, Request, Response, PROTOCOL_VERSION};
 
 use crate::common::files::files_below;
-use crate::common::raw::{as_other_user, hello, open_to_other_users, read_response, rss_kib};
+use crate::common::raw::{as_other_user, hello, open_to_other_users, read_response, rss_kib, welcomed};
 use crate::common::{moto, pattern, Fleet};
 
 fn assert_closed(s: &mut UnixStream) {
@@ -216,10 +216,7 @@ fn hostile_keys_get_typed_errors_and_touch_nothing_outside_the_cache() {
     let before = files_below(fleet.dir.path());
     let sock = fleet.run_dir.join("proxy-0.sock");
     let ask = |request: &[u8]| {
-        let mut s = UnixStream::connect(&sock).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        s.write_all(&hello()).unwrap();
-        assert!(matches!(read_response(&mut s), Some(Response::Welcome(_))));
+        let mut s = welcomed(&sock);
         // A frame over the size limit is refused from its head: the rest of it may meet a closed socket.
         let _ = s.write_all(request);
         read_response(&mut s)

@@ -154,10 +154,9 @@ impl Readers<'_> {
     /// of an older build, which does not know `Fill`.
     fn head(&self, url: &str, buf: &mut Vec<u8>) -> Result<ObjectMeta, String> {
         if !self.read_heads.load(Ordering::Relaxed) {
-            match self.client.fill_heads(&[url]).pop() {
-                Some(Err(e)) if e.is_unknown_request() => self.read_heads.store(true, Ordering::Relaxed),
-                Some(filled) => return filled.map_err(|e| e.to_string()),
-                None => return Err("no answer to its fill".into()),
+            match self.client.fill_head(url) {
+                Err(e) if e.is_unknown_request() => self.read_heads.store(true, Ordering::Relaxed),
+                filled => return filled.map_err(|e| e.to_string()),
             }
         }
         let cs = self.client.config().chunk_size as usize;

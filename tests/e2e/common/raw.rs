@@ -17,6 +17,27 @@ pub fn hello() -> Vec<u8> {
         .unwrap()
 }
 
+/// A connection to the slot at `sock` past its handshake (reads time out after 10 s).
+pub fn welcomed(sock: &Path) -> UnixStream {
+    use std::io::Write;
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    s.write_all(&hello()).unwrap();
+    assert!(
+        matches!(read_response(&mut s), Some(Response::Welcome(_))),
+        "no Welcome from {}",
+        sock.display()
+    );
+    s
+}
+
+/// Sends `req` on `s` and reads its answer (`None`: the proxy closed the connection).
+pub fn call(s: &mut UnixStream, req: &Request) -> Option<Response> {
+    use std::io::Write;
+    s.write_all(&frame::encode(req, 0).unwrap()).unwrap();
+    read_response(s)
+}
+
 /// Reads one response frame, or `None` if the proxy closed the connection first.
 pub fn read_response(s: &mut UnixStream) -> Option<Response> {
     frame::read_sync::<Response, _>(s, Limits::RESPONSE).ok().map(|(_, r)| r)
