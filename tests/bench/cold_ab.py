@@ -12,7 +12,8 @@ object (per MiB for `cat`), read from /proc; per variant, the medians.
 
 Scenarios (`--scenario`): `warmup` (`memarts warmup` of the small files), `loader` (the prefetching
 `memarts.torch` DataLoader of link_bench.py, 4 workers; it uses the installed Python package, the
-same for every variant), `cat` (`memarts cat` of the large object). Asserts nothing about timings;
+same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl --parallel` of the small files, as
+link_bench.py runs it, beside an idle fleet). Asserts nothing about timings;
 each scenario checks what it read as link_bench.py does.
 """
 
@@ -60,8 +61,10 @@ def parse_variant(text):
     return name, os.path.abspath(bin_dir), env
 
 
-def run_once(scenario, fleet, data, relay_stop):
+def run_once(scenario, fleet, data, relay_stop, link, base):
     """Runs the scenario; returns (seconds, units, unit name)."""
+    if scenario == "curl":
+        return lb.curl_parallel_gets(link, data, base)["seconds"], len(data.small), "object"
     if scenario == "warmup":
         return lb.memarts_warmup(fleet, data, relay_stop)["seconds"], len(data.small), "object"
     if scenario == "loader":
@@ -72,7 +75,7 @@ def run_once(scenario, fleet, data, relay_stop):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", required=True, help="NAME=BIN_DIR[,VAR=value...]")
-    ap.add_argument("--scenario", choices=("warmup", "loader", "cat"), default="warmup")
+    ap.add_argument("--scenario", choices=("warmup", "loader", "cat", "curl"), default="warmup")
     ap.add_argument("--runs", type=int, default=6, help="runs per variant (default 6)")
     args = ap.parse_args()
     variants = [parse_variant(v) for v in args.variant]
@@ -96,9 +99,11 @@ def main():
                 try:
                     with lb.Fleet(base, f"{name}-{rep}", link) as fleet:
                         pids = proxy_pids(fleet)
+                        link_before = relay_stop.stats()
                         before = ({p: cpu_seconds(p) for p in pids}, cpu_seconds(server.pid), os.times())
-                        secs, units, unit = run_once(args.scenario, fleet, data, relay_stop)
+                        secs, units, unit = run_once(args.scenario, fleet, data, relay_stop, link, base)
                         after = os.times()
+                        link_after = relay_stop.stats()
                         proxies = sum(cpu_seconds(p) - before[0][p] for p in pids)
                         origin_cpu = cpu_seconds(server.pid) - before[1]
                         client = (after.children_user + after.children_system
@@ -109,7 +114,9 @@ def main():
                 row = (total / secs / 1e6 / nominal, *(c / units * 1e3 for c in (proxies, client, origin_cpu)))
                 results[name].append(row)
                 print(f"{name} run {rep + 1}: {row[0]:.2f}x link; CPU ms per {unit}: proxies {row[1]:.2f}, "
-                      f"client {row[2]:.2f}, origin {row[3]:.2f}", flush=True)
+                      f"client {row[2]:.2f}, origin {row[3]:.2f}; origin requests "
+                      f"{link_after['requests'] - link_before['requests']}, connections "
+                      f"{link_after['connections'] - link_before['connections']}", flush=True)
     finally:
         relay_stop()
         server.kill()
