@@ -209,8 +209,7 @@ impl Direct {
     /// open (the slot removes such things); without updating the access time.
     fn open(&self, id: ChunkId) -> Option<File> {
         let dir = self.chunks_fd()?;
-        let hex = id.to_hex();
-        let name = format!("{}/{}/{hex}", &hex[0..2], &hex[2..4]);
+        let name = memarts_protocol::chunk_file::chunk_relative_path(id);
         let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let opened = openat(&dir, name.as_str(), flags | OFlag::O_NOATIME, Mode::empty())
             .or_else(|e| match e {

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use memarts_protocol::chunk_file::{chunk_relative_path, ChunkId};
+
 use crate::common::fault_relay::{Fault, FaultRelay, Match};
+use crate::common::files::files_below;
 use crate::common::{moto, pattern, text, Fleet};
 
 const CS: u64 = 1 << 20;
@@ -19,10 +22,9 @@ fn start_proxy_is_ready_at_once_over_a_large_cache_and_rebuilds_its_index_in_the
     let mut x: u128 = 0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834;
     for _ in 0..CHUNKS {
         x = x.wrapping_mul(0x2360_ed05_1fc6_5da4_4385_df64_9fcc_f645).wrapping_add(1);
-        let hex = format!("{:032x}", x & !(0xff << 112)); // 256 fan-out directories
-        let dir = chunks.join(&hex[0..2]).join(&hex[2..4]);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::File::create(dir.join(&hex)).unwrap();
+        let path = chunks.join(chunk_relative_path(ChunkId(x)));
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::File::create(path).unwrap();
     }
     let started = Instant::now();
     fleet.start_proxy(2);
@@ -42,6 +44,79 @@ fn start_proxy_is_ready_at_once_over_a_large_cache_and_rebuilds_its_index_in_the
         assert!(ready < rebuilt, "slot {slot} rebuilt its index before it was ready:\n{log}");
     }
     assert_eq!(fleet.total("cached_chunks"), CHUNKS, "the rebuilt indexes hold every chunk on disk");
+}
+
+/// A cache written with the two-level fan-out of earlier versions (`<2 hex>/<2 hex>/<id>`) serves
+/// on after an upgrade: its chunks are hits from the first read on (a lookup that misses moves a
+/// chunk it finds there to its place), the index rebuild moves the others to `<2 hex>/<id>` and
+/// removes the directories it empties, and nothing is fetched again.
+#[test]
+fn a_cache_of_the_two_level_layout_is_moved_to_one_level_and_served_without_refetching() {
+    let bucket = moto().bucket("layout");
+    let objects: Vec<(String, Vec<u8>)> =
+        (0..12).map(|i| (format!("o{i}"), pattern(4400 + i, 2 * CS as usize + 1000))).collect();
+    for (k, d) in &objects {
+        moto().put(&bucket, k, d);
+    }
+    let fleet = Fleet::start(3, &[]);
+    let read_all = |client: &memarts_shim::Client| {
+        for (k, d) in &objects {
+            assert!(client.read(&format!("s3://{bucket}/{k}")).unwrap() == *d, "{k}: wrong bytes");
+        }
+    };
+    read_all(&fleet.proxy_client(CS));
+    let chunks = objects.len() as u64 * 3;
+    fleet.wait_cached(chunks);
+    fleet.stop_proxy();
+
+    // Every chunk file where the two-level layout put it; a foreign file in one of its directories.
+    let dir = fleet.cache_dir.join("v1/chunks");
+    let moved_back = files_below(&dir);
+    assert_eq!(moved_back.len() as u64, chunks);
+    for f in &moved_back {
+        let hex = f.file_name().unwrap().to_str().unwrap().to_string();
+        let old = dir.join(&hex[0..2]).join(&hex[2..4]);
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::rename(f, old.join(&hex)).unwrap();
+    }
+    let first = &moved_back[0].file_name().unwrap().to_str().unwrap().to_string();
+    let kept = dir.join(&first[0..2]).join(&first[2..4]).join("not-a-chunk");
+    std::fs::write(&kept, b"foreign").unwrap();
+
+    fleet.start_proxy(3);
+    read_all(&fleet.proxy_client(CS));
+    assert_eq!(fleet.total("misses"), 0, "a chunk was fetched again after the move");
+    assert_eq!(fleet.total("hits"), chunks, "every chunk read through a slot was a hit");
+    fleet.wait_index_ready();
+    assert_eq!(fleet.total("cached_chunks"), chunks, "the rebuilt indexes hold every chunk");
+    // Direct reads (no slot asked) find the chunk files at their new paths.
+    let direct = fleet.client(CS);
+    read_all(&direct);
+    let counters = direct.direct_counters().expect("direct reads are on");
+    assert_eq!(counters.hits.load(std::sync::atomic::Ordering::Relaxed), chunks, "direct hits");
+    let mut now = files_below(&dir);
+    now.retain(|f| *f != kept);
+    let mut expected: Vec<_> = moved_back
+        .iter()
+        .map(|f| {
+            let hex = f.file_name().unwrap().to_str().unwrap();
+            dir.join(chunk_relative_path(ChunkId(u128::from_str_radix(hex, 16).unwrap())))
+        })
+        .collect();
+    expected.sort();
+    assert_eq!(now, expected, "every chunk file at its one-level path");
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .flat_map(|fan| std::fs::read_dir(fan.path()).unwrap().flatten())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(
+        left,
+        vec![kept.parent().unwrap().to_path_buf()],
+        "only the directory with a foreign file is left"
+    );
 }
 
 /// Keys in `bucket` whose chunk 0 slot `0`, `1`, ... of a fleet of `slots` owns, one per slot.

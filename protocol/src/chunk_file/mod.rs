@@ -16,9 +16,19 @@ pub fn chunks_dir(cache_root: &Path) -> PathBuf {
     cache_root.join("v1").join("chunks")
 }
 
-/// Where the chunk `id` lives under `chunks` (see [`chunks_dir`]):
-/// `<chunks>/<hex[0..2]>/<hex[2..4]>/<hex>`, whether or not it exists.
+/// Where the chunk `id` lives under `chunks` (see [`chunks_dir`]): `<chunks>/<hex[0..2]>/<hex>`,
+/// whether or not it exists.
 pub fn chunk_path(chunks: &Path, id: ChunkId) -> PathBuf {
+    chunks.join(chunk_relative_path(id))
+}
+
+/// [`chunk_path`] relative to the chunks directory: `<hex[0..2]>/<hex>`.
+///
+/// One level of 256 fan-out directories: a fresh cache creates each once, where the earlier two
+/// levels (`<hex[0..2]>/<hex[2..4]>/<hex>`, up to 65,792 directories) cost a `mkdir` (an inode)
+/// for nearly every chunk of its first tens of thousands. A slot moves the chunk files of that
+/// layout to their place when it starts (the proxy's index rebuild).
+pub fn chunk_relative_path(id: ChunkId) -> String {
     let hex = id.to_hex();
-    chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+    format!("{}/{hex}", &hex[0..2])
 }

@@ -165,4 +165,6 @@ conformance! {
         store_non_file_at_chunk_path_is_corrupt_and_removed,
     super::store_cases::put_over_a_non_file_at_chunk_path_replaces_it =>
         store_put_over_a_non_file_at_chunk_path_replaces_it,
+    super::store_cases::chunks_of_the_two_level_layout_are_found_and_moved =>
+        store_chunks_of_the_two_level_layout_are_found_and_moved,
 }

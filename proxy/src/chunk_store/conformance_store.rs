@@ -133,7 +133,10 @@ pub(super) async fn scan_skips_foreign_files(engine: Arc<dyn IoEngine>) {
         leaf.join("notes.txt"),
         leaf.join(hex.to_uppercase()),
         leaf.join(format!("{hex}.tmp")),
-        leaf.join(format!("{}{}", if &hex[0..4] == "0000" { "1111" } else { "0000" }, &hex[4..])),
+        leaf.join(format!("{}{}", if &hex[0..2] == "00" { "11" } else { "00" }, &hex[2..])),
+        // In a fan-out directory of the two-level layout: a chunk of another prefix, a directory.
+        leaf.join("ab").join(format!("{}{}", &hex[0..2], if &hex[2..4] == "cd" { "ef" } else { "cd" })),
+        leaf.join("ab").join("cd").join("x"),
     ];
     for f in &foreign {
         fs::create_dir_all(f.parent().unwrap()).unwrap();
@@ -275,4 +278,62 @@ pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(engine: Arc<dy
         assert!(store.read_verified(&chunk).await.unwrap() == pattern(5001, 7));
         assert!(root.path().join("v1").is_dir(), "a symlink's target is left alone");
     }
+}
+
+/// Chunk files where the two-level layout of older caches kept them (`<2 hex>/<2 hex>/<id>`): a scan
+/// finds them marked `legacy`, a lookup finds one and moves it to its path, `adopt_legacy` moves
+/// the others and removes the directories it empties (not one holding a foreign file); after it,
+/// lookups no longer look there.
+pub(super) async fn chunks_of_the_two_level_layout_are_found_and_moved(engine: Arc<dyn IoEngine>) {
+    let root = tempfile::tempdir().unwrap();
+    let store = open(root.path(), &engine);
+    let mut data = Vec::new();
+    for i in 0..20u64 {
+        let (k, d) = (key(&format!("old-{i}"), i), pattern(3000 + i as usize * 100, i));
+        store.put(&k, Bytes::from(d.clone()), 0, false).await.unwrap();
+        data.push((k, d));
+    }
+    let chunks = root.path().join("v1/chunks");
+    let legacy = |k: &ChunkKey| {
+        let hex = k.id().to_hex();
+        chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+    };
+    for (k, _) in &data {
+        fs::create_dir_all(legacy(k).parent().unwrap()).unwrap();
+        fs::rename(store.path_of(k.id()), legacy(k)).unwrap();
+    }
+    let foreign = legacy(&data[0].0).with_file_name("notes.txt");
+    fs::write(&foreign, b"not a chunk").unwrap();
+    let scanned: Vec<_> = store.scan().collect();
+    assert_eq!(scanned.len(), data.len());
+    assert!(scanned.iter().all(|c| c.legacy), "{scanned:?}");
+
+    let (k1, d1) = &data[1];
+    let chunk = store.get(k1).await.unwrap().expect("found at its old path");
+    assert!(store.read_verified(&chunk).await.unwrap() == *d1);
+    assert!(store.path_of(k1.id()).exists() && !legacy(k1).exists(), "moved by the lookup");
+
+    let ids: Vec<_> = scanned.iter().map(|c| c.id).collect();
+    assert_eq!(store.adopt_legacy(&ids).unwrap(), data.len() as u64 - 1);
+    let rescanned: Vec<_> = store.scan().collect();
+    assert_eq!(rescanned.len(), data.len());
+    assert!(rescanned.iter().all(|c| !c.legacy), "{rescanned:?}");
+    for (k, d) in &data {
+        let chunk = store.get(k).await.unwrap().expect("at its path");
+        assert!(store.read_verified(&chunk).await.unwrap() == *d);
+    }
+    let old_dirs: Vec<_> = fs::read_dir(&chunks)
+        .unwrap()
+        .flatten()
+        .flat_map(|fan| fs::read_dir(fan.path()).unwrap().flatten())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(old_dirs, vec![foreign.parent().unwrap().to_path_buf()]);
+    assert!(foreign.exists(), "foreign files are never deleted");
+
+    let (k2, _) = &data[2];
+    fs::create_dir_all(legacy(k2).parent().unwrap()).unwrap();
+    fs::rename(store.path_of(k2.id()), legacy(k2)).unwrap();
+    assert!(store.get(k2).await.unwrap().is_none(), "after adopt_legacy, old paths are not looked at");
 }

@@ -1,5 +1,5 @@
 //! The chunk tree's file operations that need care: publishing a finished temp file by rename
-//! (creating the fan-out directories, with the fsyncs that make it durable), telling the temp files
+//! (creating the fan-out directory, with the fsyncs that make it durable), telling the temp files
 //! of live writers from those of dead ones (a slot killed with `kill -9`, even one not reaped yet),
 //! and removing whatever occupies a chunk's path.
 
@@ -51,42 +51,41 @@ pub(super) fn writer_alive(name: &str) -> bool {
     }
 }
 
-/// Renames the finished temp file into place, creating the fan-out directories; with
-/// `durable`, fsyncs the destination directory and the parents of directories it created.
+/// Renames the finished temp file into place, creating its fan-out directory; with `durable`,
+/// fsyncs the destination directory, and the chunks directory if the fan-out one was created.
 ///
-/// The rename is tried first: once the cache has filled its fan-out, the directories exist, and
-/// two `mkdir`s per chunk (each taking its parent directory's lock) were a tenth of a fill's CPU.
+/// The rename is tried first: once the cache has filled its fan-out, the directory exists.
 pub(super) fn publish(tmp: &Path, dest: &Path, chunks: &Path, durable: bool) -> io::Result<()> {
-    let leaf = dest.parent().unwrap_or(chunks);
-    let middle = leaf.parent().unwrap_or(chunks);
-    let (mut created_middle, mut created_leaf) = (false, false);
-    let mut renamed = fs::rename(tmp, dest);
-    if renamed.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) {
-        created_middle = create_dir(middle)?;
-        created_leaf = create_dir(leaf)?;
-        renamed = fs::rename(tmp, dest);
+    let created = rename_into(tmp, dest, chunks)?;
+    if durable {
+        File::open(dest.parent().unwrap_or(chunks))?.sync_all()?;
+        if created {
+            File::open(chunks)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
+/// Renames `from` to the chunk path `dest`, creating its fan-out directory under `chunks` if
+/// needed (then returns true). A directory at `dest` (foreign, or left by a bug) would refuse
+/// every fill of this chunk for good: it goes, and the rename is tried once more. (A symlink or a
+/// pipe is replaced by the rename itself.)
+pub(super) fn rename_into(from: &Path, dest: &Path, chunks: &Path) -> io::Result<bool> {
+    let mut created = false;
+    let mut renamed = fs::rename(from, dest);
+    if renamed.as_ref().is_err_and(|e| e.kind() == io::ErrorKind::NotFound) && from.exists() {
+        created = create_dir(dest.parent().unwrap_or(chunks))?;
+        renamed = fs::rename(from, dest);
     }
     if let Err(e) = renamed {
-        // A directory at the chunk's path (foreign, or left by a bug) would refuse every fill of
-        // this chunk for good: it goes, and the rename is tried once more. (A symlink or a pipe is
-        // replaced by the rename itself.)
         if !fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
             return Err(e);
         }
         tracing::warn!(path = %dest.display(), "removing a directory where a chunk file goes");
         remove_entry(dest)?;
-        fs::rename(tmp, dest)?;
+        fs::rename(from, dest)?;
     }
-    if durable {
-        File::open(leaf)?.sync_all()?;
-        if created_leaf {
-            File::open(middle)?.sync_all()?;
-        }
-        if created_middle {
-            File::open(chunks)?.sync_all()?;
-        }
-    }
-    Ok(())
+    Ok(created)
 }
 
 /// Creates one directory (0700); `Ok(false)` if it already existed.

@@ -1,5 +1,7 @@
-//! [`Scan`]: a lazy, blocking walk of `chunks/<2 hex>/<2 hex>/<32 hex>` that yields one
-//! [`ScannedChunk`] per chunk file and counts, without touching, everything else.
+//! [`Scan`]: a lazy, blocking walk of `chunks/<2 hex>/<32 hex>` that yields one
+//! [`ScannedChunk`] per chunk file and counts, without touching, everything else. Chunk files of
+//! the earlier two-level layout (`chunks/<2 hex>/<2 hex>/<32 hex>`) are yielded too, marked
+//! `legacy`: the index rebuild moves them to their place (`ChunkStore::adopt_legacy`).
 //!
 //! Anything that is not where a chunk file would be — names that are not canonical
 //! lowercase hex, a chunk whose name does not match its fan-out directories, symlinks,
@@ -23,6 +25,8 @@ pub struct ScannedChunk {
     pub bytes_on_disk: u64,
     /// Last access as recorded in the file's mtime.
     pub accessed: SystemTime,
+    /// Found where the two-level layout kept it, not at its path.
+    pub legacy: bool,
 }
 
 /// Counters of a scan so far (final once the iterator is exhausted).
@@ -70,12 +74,8 @@ impl Scan {
         self.report.foreign += 1;
     }
 
-    /// Handles a directory entry at fan-out depth (`chunks/` or `chunks/aa/`).
+    /// Enters a fan-out directory (`chunks/aa`, or a two-level layout's `chunks/aa/bb`).
     fn enter(&mut self, entry: &DirEntry, name: &str, prefix: &str) {
-        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
-        if !(is_dir && is_fanout_name(name)) {
-            return self.foreign(entry);
-        }
         match fs::read_dir(entry.path()) {
             Ok(dir) => self.stack.push((dir, format!("{prefix}{name}"))),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -83,8 +83,24 @@ impl Scan {
         }
     }
 
-    /// Handles an entry at file depth (`chunks/aa/bb/`).
-    fn chunk(&mut self, entry: &DirEntry, name: &str, prefix: &str) -> Option<ScannedChunk> {
+    /// Handles an entry at `depth` 1 (`chunks/`: fan-out directories), 2 (`chunks/aa/`: chunk
+    /// files, or the fan-out directories of the two-level layout) or 3 (`chunks/aa/bb/`: that
+    /// layout's chunk files).
+    fn entry(&mut self, entry: &DirEntry, name: &str, prefix: &str, depth: usize) -> Option<ScannedChunk> {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if depth < 3 && is_dir && is_fanout_name(name) {
+            self.enter(entry, name, prefix);
+            return None;
+        }
+        if depth == 1 {
+            self.foreign(entry);
+            return None;
+        }
+        self.chunk(entry, name, prefix, depth == 3)
+    }
+
+    /// Handles an entry where a chunk file would be.
+    fn chunk(&mut self, entry: &DirEntry, name: &str, prefix: &str, legacy: bool) -> Option<ScannedChunk> {
         let id = ChunkId::from_hex(name).filter(|id| id.to_hex() == name && name.starts_with(prefix));
         let is_file = entry.file_type().is_ok_and(|t| t.is_file());
         let Some(id) = id.filter(|_| is_file) else {
@@ -103,7 +119,7 @@ impl Scan {
         let bytes_on_disk = meta.blocks() * 512;
         self.report.chunks += 1;
         self.report.bytes_on_disk += bytes_on_disk;
-        Some(ScannedChunk { id, bytes_on_disk, accessed })
+        Some(ScannedChunk { id, bytes_on_disk, accessed, legacy })
     }
 }
 
@@ -134,12 +150,7 @@ impl Iterator for Scan {
             let prefix = std::mem::take(prefix);
             let name = entry.file_name();
             let name = name.to_str().unwrap_or("");
-            let found = if depth < 3 {
-                self.enter(&entry, name, &prefix);
-                None
-            } else {
-                self.chunk(&entry, name, &prefix)
-            };
+            let found = self.entry(&entry, name, &prefix, depth);
             self.stack[depth - 1].1 = prefix;
             if found.is_some() {
                 return found;

@@ -1,7 +1,10 @@
 //! [`ChunkStore`]: chunk files under a cache root, written and read through an [`IoEngine`].
 //!
-//! Layout: `<root>/v1/chunks/<hex[0..2]>/<hex[2..4]>/<hex>` (32-hex [`ChunkId`]) and
-//! `<root>/v1/tmp/` for files being written. Directories are created 0700, files 0600.
+//! Layout: `<root>/v1/chunks/<hex[0..2]>/<hex>` (32-hex [`ChunkId`]) and `<root>/v1/tmp/` for
+//! files being written. Directories are created 0700, files 0600. Caches written before one level
+//! of fan-out replaced two kept chunks at `<hex[0..2]>/<hex[2..4]>/<hex>`: a lookup that misses
+//! tries that path too, and moves what it finds to its place, until the slot's index rebuild has
+//! moved all its chunks ([`ChunkStore::adopt_legacy`]).
 //! Several processes may share a root (the slots of a fleet, embedded engines): temp files are
 //! named `<id>.<pid>.<serial>.tmp`, and opening a store removes only those whose writer process is
 //! gone.
@@ -13,17 +16,18 @@
 //! or data CRC no longer checks out, which `get` / `read_verified` report as `Corrupt` and
 //! remove. Directory operations (open, rename, mkdir, unlink) run on tokio's blocking pool.
 
+use std::collections::BTreeSet;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
 
 use super::engine::IoEngine;
-use super::files::{describe, publish, remove_entry, writer_alive, DIR_MODE};
+use super::files::{describe, publish, remove_entry, rename_into, writer_alive, DIR_MODE};
 use super::format::{self, FormatError};
 use super::pread::run_blocking;
 use super::scan::Scan;
@@ -75,6 +79,8 @@ pub struct ChunkStore {
     tmp: PathBuf,
     engine: Arc<dyn IoEngine>,
     next_tmp: AtomicU64,
+    /// Whether chunks may still be at their two-level layout paths (until the rebuild moved them).
+    legacy: AtomicBool,
 }
 
 impl ChunkStore {
@@ -101,7 +107,14 @@ impl ChunkStore {
         if removed > 0 {
             tracing::info!(removed, dir = %tmp.display(), "removed leftover chunk temp files");
         }
-        Ok(ChunkStore { root, chunks, tmp, engine, next_tmp: AtomicU64::new(0) })
+        Ok(ChunkStore {
+            root,
+            chunks,
+            tmp,
+            engine,
+            next_tmp: AtomicU64::new(0),
+            legacy: AtomicBool::new(true),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -115,6 +128,37 @@ impl ChunkStore {
     /// Where the chunk `id` lives (whether or not it exists).
     pub fn path_of(&self, id: ChunkId) -> PathBuf {
         memarts_protocol::chunk_file::chunk_path(&self.chunks, id)
+    }
+
+    /// Where the two-level layout kept the chunk `id`: `<hex[0..2]>/<hex[2..4]>/<hex>`.
+    fn legacy_path_of(&self, id: ChunkId) -> PathBuf {
+        let hex = id.to_hex();
+        self.chunks.join(&hex[0..2]).join(&hex[2..4]).join(&hex)
+    }
+
+    /// Moves the chunk files `ids` (found by a [`Scan`] as `legacy`) from the two-level layout to
+    /// their place, then removes the old fan-out directories they leave empty (one that still holds
+    /// another slot's chunks goes when that slot moves them). Once done, lookups stop trying the
+    /// old paths: call it with all the chunks this store's slot owns. Returns how many it moved (a
+    /// chunk gone meanwhile is not an error). Blocking.
+    pub fn adopt_legacy(&self, ids: &[ChunkId]) -> io::Result<u64> {
+        let mut moved = 0;
+        let mut dirs = BTreeSet::new();
+        for &id in ids {
+            let from = self.legacy_path_of(id);
+            match rename_into(&from, &self.path_of(id), &self.chunks) {
+                Ok(_) => moved += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            dirs.extend(from.parent().map(Path::to_path_buf));
+        }
+        for dir in dirs {
+            // Not empty (another slot's chunks, foreign files) or gone: left as it is.
+            let _ = fs::remove_dir(dir);
+        }
+        self.legacy.store(false, Ordering::Relaxed);
+        Ok(moved)
     }
 
     /// Stores `data` as the chunk `key`, replacing any previous file atomically. Returns the
@@ -174,14 +218,30 @@ impl ChunkStore {
     pub async fn get(&self, key: &ChunkKey) -> Result<Option<CachedChunk>, StoreError> {
         let id = key.id();
         let path = self.path_of(id);
+        let legacy =
+            self.legacy.load(Ordering::Relaxed).then(|| (self.legacy_path_of(id), self.chunks.clone()));
         let opened = run_blocking(move || {
             // Only a regular file can be a chunk. Anything else at its path (a directory, a named
             // pipe) would keep the chunk out of the cache for good: it is removed, so the chunk can
             // be stored again. Opened non-blocking, so a pipe cannot hold the open waiting for a
             // writer; one open and one fstat, as for any hit.
-            let file = match OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+            let open = || OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(&path);
+            let file = match open() {
                 Ok(file) => file,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // Still where the two-level layout kept it? Then moved to its place first.
+                    // (Moved meanwhile by the rebuild, or by another lookup: opened all the same.)
+                    let Some((old, chunks)) = &legacy else { return Ok(Ok(None)) };
+                    match rename_into(old, &path, chunks) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                        _ => {}
+                    }
+                    match open() {
+                        Ok(file) => file,
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Ok(None)),
+                        Err(e) => return Err(e),
+                    }
+                }
                 Err(e) => return Err(e),
             };
             let meta = file.metadata()?;

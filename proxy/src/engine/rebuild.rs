@@ -1,7 +1,8 @@
 //! The index rebuild: after a start, a slot scans the shared chunk tree in the background for the
 //! chunks it owns (by rendezvous hash over the fleet's slots) and their sizes and access times, then
 //! applies its share of the capacity and evicts what does not fit. The slot serves meanwhile: a chunk
-//! file is found by its name, the index only orders eviction.
+//! file is found by its name, the index only orders eviction. Its chunks still in the two-level
+//! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -27,6 +28,12 @@ impl Engine {
                     if owner_slot(c.id.0, slots) == slot {
                         owned.push(c);
                     }
+                }
+                let legacy: Vec<_> = owned.iter().filter(|c| c.legacy).map(|c| c.id).collect();
+                match store.adopt_legacy(&legacy) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!("moved {n} chunk files of the two-level layout to their place"),
+                    Err(e) => tracing::warn!("could not move the chunk files of the two-level layout: {e}"),
                 }
                 owned.sort_by_key(|c| c.accessed);
                 (owned, total)

@@ -233,13 +233,15 @@ fn plant_foreign(cache: &Path, k: usize, rng: &mut StdRng) -> Vec<Foreign> {
         dir
     };
     for i in 0..k {
-        for depth in 0..3 {
+        for depth in 0..2 {
             let name = format!("{}-{i}", ["notes.txt", "core", ".nfs0001", "x"][rng.random_range(0..4)]);
             put(fanout(rng, depth).join(name), Fate::Skipped, rng);
         }
         // A well-formed chunk name in the wrong fan-out directory.
-        let misplaced = format!("{:032x}", rng.random::<u128>() | (0xff << 120));
-        put(fanout(rng, 2).join(misplaced), Fate::Skipped, rng);
+        let dir = fanout(rng, 1);
+        let prefix = u8::from_str_radix(dir.file_name().unwrap().to_str().unwrap(), 16).unwrap();
+        let misplaced = format!("{:02x}{:030x}", prefix ^ 1, rng.random::<u128>() >> 8);
+        put(dir.join(misplaced), Fate::Skipped, rng);
         put(cache.join(format!("garbage-{i}")), Fate::Untouched, rng);
         put(cache.join(format!("v1/garbage-{i}")), Fate::Untouched, rng);
         put(cache.join(format!("v1/memarts/garbage-{i}")), Fate::Untouched, rng);
