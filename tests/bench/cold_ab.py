@@ -3,7 +3,7 @@
 
 Each variant is a directory holding `memarts` and `memarts-proxy`, optionally followed by
 `,VAR=value,...` (environment for its fleet and its client, e.g. `new=target/release,MEMARTS_SPIN_US=0`).
-The runs take turns (old, new, old, new, ...), each on a fresh fleet and a fresh cache, over one
+The runs take turns (old, new, new, old, old, new, ...), each on a fresh fleet and a fresh cache, over one
 origin (s3s-fs behind the emulated link, as `link_bench.py` sets them up): this machine's speed
 wanders by 20% over minutes, and successive fresh caches slow down as the page cache grows (this VM
 hands freed memory back to its host, see the README), which turns affect alike. Per run: throughput
@@ -92,7 +92,9 @@ def main():
         data = lb.Data(lb.s3_client(origin))
         total = data.small_bytes if args.scenario != "cat" else data.large[0]
         for rep in range(args.runs):
-            for name, bin_dir, env in variants:
+            # ABBA: the order turns each round, so that whatever favours a position (the page cache
+            # the run before left, writeback) is shared out, not always given to one variant.
+            for name, bin_dir, env in (variants if rep % 2 == 0 else variants[::-1]):
                 saved = dict(os.environ)
                 os.environ.update(env)
                 lb.MEMARTS = os.path.join(bin_dir, "memarts")
