@@ -42,6 +42,18 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def switches(pid):
+    """Context switches (voluntary and not) of a live process's threads so far."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+        except FileNotFoundError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
 def proxy_pids(fleet):
     run = fleet.env["MEMARTS_RUN_DIR"]
     pids = []
@@ -103,10 +115,12 @@ def main():
                         pids = proxy_pids(fleet)
                         link_before = relay_stop.stats()
                         before = ({p: cpu_seconds(p) for p in pids}, cpu_seconds(server.pid), os.times())
+                        switched = sum(switches(p) for p in pids)
                         secs, units, unit = run_once(args.scenario, fleet, data, relay_stop, link, base)
                         after = os.times()
                         link_after = relay_stop.stats()
                         proxies = sum(cpu_seconds(p) - before[0][p] for p in pids)
+                        switched = sum(switches(p) for p in pids) - switched
                         origin_cpu = cpu_seconds(server.pid) - before[1]
                         client = (after.children_user + after.children_system
                                   - before[2].children_user - before[2].children_system)
@@ -118,7 +132,8 @@ def main():
                 print(f"{name} run {rep + 1}: {row[0]:.2f}x link; CPU ms per {unit}: proxies {row[1]:.2f}, "
                       f"client {row[2]:.2f}, origin {row[3]:.2f}; origin requests "
                       f"{link_after['requests'] - link_before['requests']}, connections "
-                      f"{link_after['connections'] - link_before['connections']}", flush=True)
+                      f"{link_after['connections'] - link_before['connections']}; proxies' context switches per "
+                      f"{unit} {switched / units:.1f}", flush=True)
     finally:
         relay_stop()
         server.kill()
