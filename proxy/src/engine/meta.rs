@@ -152,6 +152,12 @@ impl MetaCache {
     /// its TTL; expired entries, and entries verified in the future (a clock that jumped back), are
     /// skipped. Returns how many were loaded.
     pub fn load(&self, path: &Path) -> io::Result<usize> {
+        self.load_where(path, |_| true)
+    }
+
+    /// [`MetaCache::load`] of the entries whose URL `keep` accepts; none replaces an entry of its
+    /// URL verified more recently (another snapshot's, or one this slot just verified).
+    pub fn load_where(&self, path: &Path, keep: impl Fn(&str) -> bool) -> io::Result<usize> {
         let bytes = std::fs::read(path)?;
         let invalid =
             |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {what}", path.display()));
@@ -169,6 +175,9 @@ impl MetaCache {
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
             let Some(at) = now.checked_sub(age).filter(|_| age < self.ttl) else { continue };
+            if !keep(&e.url) || cache.peek(&e.url).is_some_and(|(_, held)| *held >= at) {
+                continue;
+            }
             cache.put(e.url.clone(), (e.meta.clone(), at));
             self.publish(&cache, &e.url, &e.meta, e.verified_ms);
             loaded += 1;
@@ -263,6 +272,30 @@ mod tests {
         // Loaded after every entry expired: nothing.
         std::thread::sleep(Duration::from_millis(200));
         assert_eq!(MetaCache::new(Duration::from_millis(300), 10).load(&path).unwrap(), 0);
+    }
+
+    /// Snapshots of several slots (a fleet of another size) loaded into one: only the entries the
+    /// filter takes, and of two entries of one URL the one verified last, whatever the load order.
+    #[test]
+    fn snapshots_load_filtered_and_the_latest_verification_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let (older, newer) = (dir.path().join("older.snap"), dir.path().join("newer.snap"));
+        let first = MetaCache::new(Duration::from_secs(60), 10);
+        first.put("s3://b/o".into(), meta("\"v1\""));
+        first.put("s3://b/other".into(), meta("\"x\""));
+        first.save(&older).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let second = MetaCache::new(Duration::from_secs(60), 10);
+        second.put("s3://b/o".into(), meta("\"v2\""));
+        second.save(&newer).unwrap();
+        for order in [[&older, &newer], [&newer, &older]] {
+            let cache = MetaCache::new(Duration::from_secs(60), 10);
+            for path in order {
+                cache.load_where(path, |url| url != "s3://b/other").unwrap();
+            }
+            assert_eq!(cache.get("s3://b/o"), Some(meta("\"v2\"")), "the later verification wins");
+            assert_eq!(cache.get("s3://b/other"), None, "filtered out");
+        }
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! chunks it owns (by rendezvous hash over the fleet's slots) and their sizes and access times, then
 //! applies its share of the capacity and evicts what does not fit. The slot serves meanwhile: a chunk
 //! file is found by its name, the index only orders eviction. Its chunks still in the two-level
-//! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`).
+//! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`), and after a
+//! restart with another number of slots, the metadata this slot now serves is taken from the
+//! previous fleet's snapshots before the scan (`metadata.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -20,7 +22,9 @@ impl Engine {
             let started = Instant::now();
             let store = this.store.clone();
             let (slot, slots) = (this.info.slot, this.info.slots);
+            let meta_of = this.clone();
             let scanned = tokio::task::spawn_blocking(move || {
+                meta_of.restore_meta_of_another_size();
                 let mut owned = Vec::new();
                 let mut total = 0u64;
                 for c in store.scan() {
