@@ -17,12 +17,13 @@ use crate::answer::expect_answer;
 use crate::config::ShimConfig;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
+use crate::per_process::{PerProcess, PerProcessGuard};
 
 /// Connections kept per slot for reuse.
 const POOL_PER_SLOT: usize = 64;
 
+#[derive(Default)]
 struct Pools {
-    pid: u32,
     per_slot: Vec<Vec<Conn>>,
 }
 
@@ -33,7 +34,8 @@ pub struct Client {
     /// The uid the fleet's run dir belongs to, which every proxy socket's peer must run as.
     owner: u32,
     slots: AtomicU32,
-    pools: Mutex<Pools>,
+    /// This process's connections (a forked child drops the inherited ones and opens its own).
+    pools: PerProcess<Pools>,
     pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
     /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
@@ -106,7 +108,7 @@ impl Client {
             cfg,
             owner,
             slots: AtomicU32::new(slots),
-            pools: Mutex::new(Pools { pid: std::process::id(), per_slot: Vec::new() }),
+            pools: PerProcess::new(),
             prefetch_counters: Default::default(),
             prefetch_unsupported: Mutex::default(),
             prefetch_paused: Mutex::default(),
@@ -146,16 +148,8 @@ impl Client {
         }
     }
 
-    fn pools(&self) -> std::sync::MutexGuard<'_, Pools> {
-        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
-        if pools.pid != pid {
-            // We are a forked child: the inherited sockets are shared with the parent's; closing our
-            // copies leaves the parent's connections intact.
-            pools.per_slot.clear();
-            pools.pid = pid;
-        }
-        pools
+    fn pools(&self) -> PerProcessGuard<'_, Pools> {
+        self.pools.lock()
     }
 
     /// A pooled connection to `slot` (true), else a new one (false).

@@ -35,6 +35,7 @@ use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
 use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
+use crate::per_process::{PerProcess, PerProcessGuard};
 
 /// A table file is checked for replacement (a slot that started again) at most this often.
 const RECHECK_TABLE: Duration = Duration::from_secs(1);
@@ -79,8 +80,8 @@ struct Mapped {
     checked: Instant,
 }
 
+#[derive(Default)]
 struct Pending {
-    pid: u32,
     touches: Vec<(u32, Touch)>,
     since: Option<Instant>,
 }
@@ -91,7 +92,8 @@ pub(crate) struct Direct {
     chunks: PathBuf,
     chunks_dir: Mutex<Option<Arc<std::os::fd::OwnedFd>>>,
     tables: Mutex<Vec<Option<Mapped>>>,
-    pending: Mutex<Pending>,
+    /// This process's reads to report (a forked child's parent reports what it read before).
+    pending: PerProcess<Pending>,
     /// Set when the pending reads are due to be reported.
     due: AtomicBool,
     pub counters: DirectCounters,
@@ -124,7 +126,7 @@ impl Direct {
             chunks: chunks_dir(&facts.cache_dir),
             chunks_dir: Mutex::default(),
             tables: Mutex::default(),
-            pending: Mutex::new(Pending { pid: std::process::id(), touches: Vec::new(), since: None }),
+            pending: PerProcess::new(),
             due: AtomicBool::new(false),
             counters: DirectCounters::default(),
         })
@@ -231,16 +233,8 @@ impl Direct {
         dir.clone()
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
-        if pending.pid != pid {
-            // A forked child: the parent reports what it read before the fork.
-            pending.touches.clear();
-            pending.since = None;
-            pending.pid = pid;
-        }
-        pending
+    fn pending(&self) -> PerProcessGuard<'_, Pending> {
+        self.pending.lock()
     }
 
     fn note(&self, slot: u32, touch: Touch) {

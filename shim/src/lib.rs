@@ -35,6 +35,7 @@ mod fill;
 pub mod local_file;
 #[cfg(feature = "embedded")]
 pub mod mode;
+mod per_process;
 pub mod prefetch;
 mod read;
 pub mod stream;
