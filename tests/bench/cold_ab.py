@@ -3,18 +3,22 @@
 
 Each variant is a directory holding `memarts` and `memarts-proxy`, optionally followed by
 `,VAR=value,...` (environment for its fleet and its client, e.g. `new=target/release,MEMARTS_SPIN_US=0`).
-The runs take turns (old, new, new, old, old, new, ...), each on a fresh fleet and a fresh cache, over one
-origin (s3s-fs behind the emulated link, as `link_bench.py` sets them up): this machine's speed
+The runs take turns (old, new, new, old, old, new, ...), each on a fresh fleet and a fresh cache,
+over one origin (s3s-fs behind the emulated link, as `link_bench.py` sets them up): this machine's speed
 wanders by 20% over minutes, and successive fresh caches slow down as the page cache grows (this VM
-hands freed memory back to its host, see the README), which turns affect alike. Per run: throughput
+hands freed memory back to its host, see the README), which turns affect alike. Its caches are
+deleted when it ends: on a journal-less ext4 (this VM's root) every file created in the next few
+minutes pays a scan past the deleted inodes, so a run started right after another is slower all
+through (the README has the figures); wait or compare only within one invocation. Per run: throughput
 against the link, and the CPU of the proxies, of the client process tree and of the origin, per
 object (per MiB for `cat`), read from /proc; per variant, the medians.
 
 Scenarios (`--scenario`): `warmup` (`memarts warmup` of the small files), `loader` (the prefetching
 `memarts.torch` DataLoader of link_bench.py, 4 workers; it uses the installed Python package, the
-same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl --parallel` of the small files, as
-link_bench.py runs it, beside an idle fleet). Asserts nothing about timings;
-each scenario checks what it read as link_bench.py does.
+same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl
+--parallel` of the small files as link_bench.py runs it, beside an idle fleet). Asserts nothing
+about timings; each scenario checks what it read as link_bench.py does. Also printed per run: the
+origin requests and connections through the relay, and the proxies' context switches per object.
 """
 
 import argparse
