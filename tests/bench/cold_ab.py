@@ -120,11 +120,13 @@ def main():
                         link_before = relay_stop.stats()
                         before = ({p: cpu_seconds(p) for p in pids}, cpu_seconds(server.pid), os.times())
                         switched = sum(switches(p) for p in pids)
+                        origin_switched = switches(server.pid)
                         secs, units, unit = run_once(args.scenario, fleet, data, relay_stop, link, base)
                         after = os.times()
                         link_after = relay_stop.stats()
                         proxies = sum(cpu_seconds(p) - before[0][p] for p in pids)
                         switched = sum(switches(p) for p in pids) - switched
+                        origin_switched = switches(server.pid) - origin_switched
                         origin_cpu = cpu_seconds(server.pid) - before[1]
                         client = (after.children_user + after.children_system
                                   - before[2].children_user - before[2].children_system)
@@ -137,7 +139,7 @@ def main():
                       f"client {row[2]:.2f}, origin {row[3]:.2f}; origin requests "
                       f"{link_after['requests'] - link_before['requests']}, connections "
                       f"{link_after['connections'] - link_before['connections']}; proxies' context switches per "
-                      f"{unit} {switched / units:.1f}", flush=True)
+                      f"{unit} {switched / units:.1f}, the origin's {origin_switched / units:.1f}", flush=True)
     finally:
         relay_stop()
         server.kill()
