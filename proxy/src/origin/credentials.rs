@@ -26,6 +26,10 @@ use serde_json::Value;
 
 /// How often, at most, a slot looks at the file for a change.
 pub const RECHECK_INTERVAL: Duration = Duration::from_secs(1);
+/// How often, at most, it looks once the credential is due for renewal (see [`REFRESH_MARGIN`]):
+/// the refresher writes the next one about then, and every request signed with the old one after
+/// that has less time left to reach the origin before the old one expires.
+pub const DUE_RECHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// How long before its expiration a credential is re-read (at most half its remaining lifetime).
 pub const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
 /// A credentials file is a few hundred bytes; anything this large is something else.
@@ -101,8 +105,9 @@ struct State {
     current: Loaded,
     /// When to re-read the file even if it has not changed.
     refresh_at: Option<SystemTime>,
-    /// Until then requests use `current` without looking at the file.
-    next_check: Instant,
+    /// When the file was last looked at: requests use `current` without looking at it for an
+    /// interval after that.
+    checked: Instant,
     /// Why the file could not be re-read, while that lasts.
     failure: Option<String>,
 }
@@ -155,7 +160,7 @@ impl FileCredentialProvider {
         let state = State {
             refresh_at: refresh_at(&loaded, now),
             current: loaded,
-            next_check: Instant::now() + RECHECK_INTERVAL,
+            checked: Instant::now(),
             failure: None,
         };
         Ok(FileCredentialProvider {
@@ -170,7 +175,6 @@ impl FileCredentialProvider {
     /// Looks at the file at most once per `interval` instead of [`RECHECK_INTERVAL`] (tests).
     pub fn with_recheck_interval(mut self, interval: Duration) -> FileCredentialProvider {
         self.recheck = interval;
-        self.lock_state().next_check = Instant::now() + interval;
         self
     }
 
@@ -214,7 +218,9 @@ impl FileCredentialProvider {
         let state = self.lock_state();
         let now = (self.clock)();
         let expired = state.current.expires.is_some_and(|at| now >= at);
-        (Instant::now() < state.next_check && !expired).then(|| self.answer(&state, now))
+        let due = state.refresh_at.is_some_and(|at| now >= at);
+        let interval = if due { self.recheck.min(DUE_RECHECK_INTERVAL) } else { self.recheck };
+        (state.checked.elapsed() < interval && !expired).then(|| self.answer(&state, now))
     }
 
     fn answer(&self, state: &State, now: SystemTime) -> Result<Arc<AwsCredential>, CredentialsError> {
@@ -235,7 +241,7 @@ impl FileCredentialProvider {
         now: SystemTime,
     ) -> Result<Arc<AwsCredential>, CredentialsError> {
         let mut state = self.lock_state();
-        state.next_check = Instant::now() + self.recheck;
+        state.checked = Instant::now();
         let problem = match outcome {
             Ok(None) => None,
             // Read again because it was due, and not renewed yet: nothing wrong with the file.
@@ -615,6 +621,25 @@ mod tests {
         write(p.path(), &file_text(2, Some("2030-01-01T02:00:00Z")));
         set(&now, "2030-01-01T01:00:00Z");
         assert_eq!(key_of(&p).await, "KEY-2", "expired: the file is looked at again within the interval");
+    }
+
+    /// Found by the reliability campaign (keys of 4 s renewed 2 s before they expire): looking once
+    /// a second, a slot went on signing with the old key for up to a second after the new one
+    /// landed, and a request of a loaded machine reached the origin after the old key expired.
+    #[tokio::test]
+    async fn a_credential_due_for_renewal_is_looked_at_every_tenth_of_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let (clock, now) = clock("2030-01-01T00:00:00Z");
+        let p = provider(&dir, &file_text(1, Some("2030-01-01T01:00:00Z")), clock)
+            .with_recheck_interval(Duration::from_secs(3600));
+        write(p.path(), &file_text(2, Some("2030-01-01T02:00:00Z")));
+        assert_eq!(key_of(&p).await, "KEY-1", "not due: the file is not looked at within the interval");
+        set(&now, "2030-01-01T00:59:00Z");
+        tokio::time::sleep(DUE_RECHECK_INTERVAL + Duration::from_millis(50)).await;
+        assert_eq!(key_of(&p).await, "KEY-2", "due: looked at again after a tenth of a second");
+        tokio::time::sleep(DUE_RECHECK_INTERVAL + Duration::from_millis(50)).await;
+        write(p.path(), &file_text(3, Some("2030-01-01T03:00:00Z")));
+        assert_eq!(key_of(&p).await, "KEY-2", "renewed, so not due: the interval again");
     }
 
     #[tokio::test]
