@@ -233,8 +233,12 @@ impl ChunkStore {
                     // (Moved meanwhile by the rebuild, or by another lookup: opened all the same.)
                     let Some((old, chunks)) = &legacy else { return Ok(Ok(None)) };
                     match rename_into(old, &path, chunks) {
+                        // The old directory goes once its last chunk has moved: this lookup may
+                        // have moved it before the rebuild's scan saw it, and then the rebuild
+                        // would not know the directory.
+                        Ok(_) => _ = old.parent().map(fs::remove_dir),
                         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                        _ => {}
+                        Err(_) => {}
                     }
                     match open() {
                         Ok(file) => file,
