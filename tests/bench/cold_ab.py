@@ -16,7 +16,8 @@ object (per MiB for `cat`), read from /proc; per variant, the medians.
 Scenarios (`--scenario`): `warmup` (`memarts warmup` of the small files), `loader` (the prefetching
 `memarts.torch` DataLoader of link_bench.py, 4 workers; it uses the installed Python package, the
 same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl
---parallel` of the small files as link_bench.py runs it, beside an idle fleet). Asserts nothing
+--parallel` of the small files as link_bench.py runs it, beside an idle fleet; a variant's
+`BENCH_CURL_RANGE=0-1048575` adds the Range header of a memarts first read). Asserts nothing
 about timings; each scenario checks what it read as link_bench.py does. Also printed per run: the
 origin requests and connections through the relay, and the proxies' context switches per object.
 """
@@ -80,7 +81,10 @@ def parse_variant(text):
 def run_once(scenario, fleet, data, relay_stop, link, base):
     """Runs the scenario; returns (seconds, units, unit name)."""
     if scenario == "curl":
-        return lb.curl_parallel_gets(link, data, base)["seconds"], len(data.small), "object"
+        # BENCH_CURL_RANGE (a variant's setting, e.g. 0-1048575, the range of a memarts first read
+        # with 1 MiB chunks): the same GETs with a Range header.
+        ranged = ("--range", os.environ["BENCH_CURL_RANGE"]) if os.environ.get("BENCH_CURL_RANGE") else ()
+        return lb.curl_parallel_gets(link, data, base, extra=ranged)["seconds"], len(data.small), "object"
     if scenario == "warmup":
         return lb.memarts_warmup(fleet, data, relay_stop)["seconds"], len(data.small), "object"
     if scenario == "loader":

@@ -196,10 +196,11 @@ def raw_parallel_gets(endpoint, data, threads=64):
     return out
 
 
-def curl_parallel_gets(endpoint, data, base, parallel=64):
+def curl_parallel_gets(endpoint, data, base, parallel=64, extra=()):
     """`curl --parallel` (C, no interpreter in the way) of every small file, `parallel` at once,
     SigV4-signed: the most this link, origin and machine deliver for small files with no cache in
-    between. Written to local files, then checked."""
+    between. Written to local files, then checked. `extra`: more curl options (cold_ab.py's ranged
+    variant)."""
     out_dir = tempfile.mkdtemp(prefix="curl-", dir=base)
     config = os.path.join(base, "curl.config")
     with open(config, "w") as f:
@@ -207,7 +208,7 @@ def curl_parallel_gets(endpoint, data, base, parallel=64):
             f.write(f'url = "{endpoint}/{BUCKET}/{key}"\noutput = "{out_dir}/{i}"\n')
     cmd = ["curl", "--silent", "--show-error", "--no-progress-meter", "--fail", "--parallel", "--parallel-max",
            str(parallel), "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
-           f"{CREDS['AWS_ACCESS_KEY_ID']}:{CREDS['AWS_SECRET_ACCESS_KEY']}", "--config", config]
+           f"{CREDS['AWS_ACCESS_KEY_ID']}:{CREDS['AWS_SECRET_ACCESS_KEY']}", *extra, "--config", config]
 
     def run():
         done = subprocess.run(cmd, capture_output=True, text=True)
