@@ -17,7 +17,10 @@ Scenarios (`--scenario`): `warmup` (`memarts warmup` of the small files), `loade
 `memarts.torch` DataLoader of link_bench.py, 4 workers; it uses the installed Python package, the
 same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl
 --parallel` of the small files as link_bench.py runs it, beside an idle fleet; a variant's
-`BENCH_CURL_RANGE=0-1048575` adds the Range header of a memarts first read). Asserts nothing
+`BENCH_CURL_RANGE=0-1048575` adds the Range header of a memarts first read). A variant's
+`BENCH_ORIGIN=s3s-fs` runs it against the stock s3s-fs instead of memarts-bench-origin (both serve
+one directory, each behind its own relay), `BENCH_PROXIES=N` with a fleet of N, and
+`BENCH_WARMUP_THREADS=N` runs `memarts warmup --threads N`. Asserts nothing
 about timings; each scenario checks what it read as link_bench.py does. Also printed per run: the
 origin requests and connections through the relay, and the proxies' context switches per object.
 """
@@ -102,14 +105,20 @@ def main():
     base = tempfile.mkdtemp(prefix="memarts-cold-ab-")
     root = os.path.join(base, "origin")
     os.makedirs(root)
-    origin, server = lb.start_s3s_fs(root)
-    host, port = origin.rsplit("/", 1)[1].split(":")
-    link, relay_stop = relay.start_relay(host, int(port))
-    nominal = relay_stop.params["mbps_total"]
+    # One origin server (and relay) per BENCH_ORIGIN the variants name, all over one directory:
+    # the data is uploaded once, through the first.
+    kinds = list(dict.fromkeys(env.get("BENCH_ORIGIN", os.environ.get("BENCH_ORIGIN", "")) for _, _, env in variants))
+    origins = {}
     results = {name: [] for name, _, _ in variants}
     try:
+        for kind in kinds:
+            os.environ["BENCH_ORIGIN"] = kind
+            endpoint, server = lb.start_origin(root)
+            host, port = endpoint.rsplit("/", 1)[1].split(":")
+            origins[kind] = (endpoint, server, *relay.start_relay(host, int(port)))
+        nominal = origins[kinds[0]][3].params["mbps_total"]
         print("uploading the datasets ...", flush=True)
-        data = lb.Data(lb.s3_client(origin))
+        data = lb.Data(lb.s3_client(origins[kinds[0]][0]))
         total = data.small_bytes if args.scenario != "cat" else data.large[0]
         for rep in range(args.runs):
             # ABBA: the order turns each round, so that whatever favours a position (the page cache
@@ -118,6 +127,7 @@ def main():
                 saved = dict(os.environ)
                 os.environ.update(env)
                 lb.MEMARTS = os.path.join(bin_dir, "memarts")
+                _, server, link, relay_stop = origins[os.environ.get("BENCH_ORIGIN", "")]
                 try:
                     with lb.Fleet(base, f"{name}-{rep}", link) as fleet:
                         pids = proxy_pids(fleet)
@@ -145,8 +155,9 @@ def main():
                       f"{link_after['connections'] - link_before['connections']}; proxies' context switches per "
                       f"{unit} {switched / units:.1f}, the origin's {origin_switched / units:.1f}", flush=True)
     finally:
-        relay_stop()
-        server.kill()
+        for _, server, _, relay_stop in origins.values():
+            relay_stop()
+            server.kill()
         shutil.rmtree(base, ignore_errors=True)
     print(f"\nmedians of {args.runs} runs ({args.scenario}; CPU in ms per {unit}):")
     for name, rows in results.items():

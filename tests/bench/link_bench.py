@@ -81,12 +81,31 @@ def s3s_fs_binary():
     return found or local
 
 
-def start_s3s_fs(root):
+def bench_origin_binary():
+    """memarts-bench-origin (tests/bench/origin: s3s-fs with GET bodies read whole), built with cargo
+    into target/bench-tools/origin (once; cargo checks it is up to date on later runs)."""
+    target = os.path.join(ROOT, "target", "bench-tools", "origin")
+    manifest = os.path.join(ROOT, "tests", "bench", "origin", "Cargo.toml")
+    subprocess.run(["cargo", "build", "--quiet", "--release", "--locked", "--manifest-path", manifest,
+                    "--target-dir", target], check=True)
+    return os.path.join(target, "release", "memarts-bench-origin")
+
+
+def origin_name():
+    return "s3s-fs 0.14.1" if os.environ.get("BENCH_ORIGIN") == "s3s-fs" else \
+        "s3s-fs 0.14.1, GET bodies read whole (memarts-bench-origin)"
+
+
+def start_origin(root):
+    """The origin server on a free port: memarts-bench-origin, or the stock s3s-fs with
+    BENCH_ORIGIN=s3s-fs. Returns its endpoint and process."""
     port = free_port()
-    proc = subprocess.Popen([s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(port),
-                             "--access-key", CREDS["AWS_ACCESS_KEY_ID"], "--secret-key",
-                             CREDS["AWS_SECRET_ACCESS_KEY"], root],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if os.environ.get("BENCH_ORIGIN") == "s3s-fs":
+        cmd = [s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(port), "--access-key",
+               CREDS["AWS_ACCESS_KEY_ID"], "--secret-key", CREDS["AWS_SECRET_ACCESS_KEY"], root]
+    else:
+        cmd = [bench_origin_binary(), root, str(port), CREDS["AWS_ACCESS_KEY_ID"], CREDS["AWS_SECRET_ACCESS_KEY"]]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while True:
         try:
@@ -94,7 +113,7 @@ def start_s3s_fs(root):
             return f"http://127.0.0.1:{port}", proc
         except OSError:
             if time.time() > deadline or proc.poll() is not None:
-                raise SystemExit("s3s-fs did not start")
+                raise SystemExit(f"the origin did not start: {' '.join(cmd)}")
             time.sleep(0.05)
 
 
@@ -141,7 +160,9 @@ class Fleet:
                         MEMARTS_RUN_DIR=os.path.join(self.dir, "run"), MEMARTS_CACHE_DIR=os.path.join(self.dir, "cache"))
 
     def __enter__(self):
-        out = subprocess.run([MEMARTS, "start_proxy", "4"], env=self.env, capture_output=True, text=True)
+        # BENCH_PROXIES: another fleet size (cold_ab.py variants compare them); 4 by default.
+        slots = os.environ.get("BENCH_PROXIES", "4")
+        out = subprocess.run([MEMARTS, "start_proxy", slots], env=self.env, capture_output=True, text=True)
         if out.returncode != 0:
             raise SystemExit(f"start_proxy failed: {out.stdout}{out.stderr}")
         return self
@@ -228,6 +249,8 @@ def memarts_warmup(fleet, data, relay_stop, manifest=None):
     """`memarts warmup` of the small files: one LIST (read while listed), or none with `manifest`."""
     before = relay_stop.stats()["requests"]
     args = ["--manifest", manifest] if manifest else []
+    if os.environ.get("BENCH_WARMUP_THREADS"):  # cold_ab.py variants; the default otherwise
+        args += ["--threads", os.environ["BENCH_WARMUP_THREADS"]]
 
     def run():
         out = subprocess.run([MEMARTS, "warmup", *args, f"s3://{BUCKET}/small/"], env=fleet.env, capture_output=True,
@@ -381,11 +404,11 @@ def main():
     base = tempfile.mkdtemp(prefix="memarts-linkbench-")
     root = os.path.join(base, "origin")
     os.makedirs(root)
-    origin, server = start_s3s_fs(root)
+    origin, server = start_origin(root)
     host, port = origin.rsplit("/", 1)[1].split(":")
     link, relay_stop = relay.start_relay(host, int(port))
     nominal = relay_stop.params["mbps_total"]
-    res = {"scale": "small" if SMALL_SCALE else "full", "link": relay_stop.params, "origin": "s3s-fs 0.14.1"}
+    res = {"scale": "small" if SMALL_SCALE else "full", "link": relay_stop.params, "origin": origin_name()}
     try:
         print("uploading the datasets ...", flush=True)
         data = Data(s3_client(origin))
