@@ -4,10 +4,16 @@ default). Writes tests/bench/results/link.json and prints a table. Asserts nothi
 every scenario checks the CRC32 of every item it read, so a broken one cannot report a fast number.
 
 The origin is s3s-fs 0.14.1 (an S3 server over a directory, in Rust) behind `relay.py` (20 ms per
-request, 50 MB/s per connection, 200 MB/s in total: BENCH_LINK_*). Not moto: moto reads the whole
-object for every ranged GET and serves a few hundred small GETs a second on a 2-core VM, below the
-link, so against it every client is origin-bound and a ratio to the link measures moto. s3s-fs is
-found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into target/bench-tools.
+request, 50 MB/s per connection, 200 MB/s in total: BENCH_LINK_*), served by `memarts-bench-origin`
+(tests/bench/origin, built with cargo into target/bench-tools/origin on first use): s3s-fs's S3
+implementation with each GET body read in one piece instead of 4 KiB reads each handed to tokio's
+blocking pool. The origin shares this machine's cores with the client, and the stock server's body
+reads cost 0.7-1.4 ms of CPU and 80-95 context switches per 160 KiB object (4 ms per MiB of a large
+object), half of a 2-core machine at the link's rate: CPU a remote object store never takes from a
+training node. BENCH_ORIGIN=s3s-fs runs the stock server (found on PATH, in BENCH_S3S_FS, or
+installed with `cargo install` into target/bench-tools). Not moto: moto reads the whole object for
+every ranged GET and serves a few hundred small GETs a second on a 2-core VM, below the link, so
+against it every client is origin-bound and a ratio to the link measures moto.
 
 Every scenario reads data no one read before: each memarts scenario has a fresh cache. The measured
 link, the warmups, the memarts DataLoaders and the large-object rows run BENCH_LINK_REPEATS times (3),
