@@ -97,16 +97,20 @@ def bench_origin_binary():
     return os.path.join(target, "release", "memarts-bench-origin")
 
 
+def stock_origin():
+    """Whether BENCH_ORIGIN asks for the stock s3s-fs."""
+    return os.environ.get("BENCH_ORIGIN") == "s3s-fs"
+
+
 def origin_name():
-    return "s3s-fs 0.14.1" if os.environ.get("BENCH_ORIGIN") == "s3s-fs" else \
-        "s3s-fs 0.14.1, GET bodies read whole (memarts-bench-origin)"
+    return "s3s-fs 0.14.1" if stock_origin() else "s3s-fs 0.14.1, GET bodies read whole (memarts-bench-origin)"
 
 
-def start_origin(root):
-    """The origin server on a free port: memarts-bench-origin, or the stock s3s-fs with
-    BENCH_ORIGIN=s3s-fs. Returns its endpoint and process."""
+def start_origin(root, stock=None):
+    """The origin server on a free port: memarts-bench-origin, or the stock s3s-fs when `stock`
+    (by default: BENCH_ORIGIN=s3s-fs). Returns its endpoint and process."""
     port = free_port()
-    if os.environ.get("BENCH_ORIGIN") == "s3s-fs":
+    if stock_origin() if stock is None else stock:
         cmd = [s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(port), "--access-key",
                CREDS["AWS_ACCESS_KEY_ID"], "--secret-key", CREDS["AWS_SECRET_ACCESS_KEY"], root]
     else:

@@ -5,7 +5,7 @@
 //! ETags, ranges, errors) with one change: a GET's body is read from its file in one piece (in pieces
 //! of [`PIECE`] for larger ranges) on tokio's blocking pool, where s3s-fs streams it through a
 //! `ReaderStream` of 4 KiB reads, each a round trip to that pool. On the benchmarks' 2-core VM, that
-//! cost the stock server 0.9-1.4 ms of CPU and 80-95 context switches per 160 KiB object, half the
+//! cost the stock server 0.7-1.4 ms of CPU and 80-95 context switches per 160 KiB object, half the
 //! machine at the link's rate: CPU that no remote object store takes from a training node, and that
 //! left every client (curl included) fighting the origin for cores. The stock server stays
 //! selectable (`BENCH_ORIGIN=s3s-fs`).
@@ -29,7 +29,7 @@ const PIECE: u64 = 8 << 20;
 
 struct Origin {
     fs: FileSystem,
-    root: Arc<PathBuf>,
+    root: PathBuf,
 }
 
 /// The S3 operations: those the benchmarks use (and the usual housekeeping ones) forwarded to
@@ -83,14 +83,19 @@ impl Origin {
         let range = req.input.range;
         let mut res = self.fs.get_object(req).await?;
         let len = res.output.content_length.unwrap_or(0).max(0) as u64;
+        // The file opened and its size taken in one step off the runtime.
+        let (file, size) = tokio::task::spawn_blocking(move || {
+            let file = std::fs::File::open(&path)?;
+            let size = file.metadata()?.len();
+            Ok::<_, io::Error>((Arc::new(file), size))
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
+        .map_err(io_error)?;
         let start = match range {
             None => 0,
-            Some(r) => {
-                let size = tokio::fs::metadata(&path).await.map_err(io_error)?.len();
-                r.check(size).map_err(|_| s3s::s3_error!(InvalidRange))?.start
-            }
+            Some(r) => r.check(size).map_err(|_| s3s::s3_error!(InvalidRange))?.start,
         };
-        let file = Arc::new(std::fs::File::open(&path).map_err(io_error)?);
         let pieces = futures::stream::unfold(start, move |at| {
             let file = file.clone();
             async move {
@@ -126,7 +131,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let root = PathBuf::from(root);
     let fs = FileSystem::new(&root).map_err(|e| format!("{}: {e:?}", root.display()))?;
-    let origin = Origin { fs, root: Arc::new(root) };
+    let origin = Origin { fs, root };
     let service = {
         let mut b = S3ServiceBuilder::new(origin);
         b.set_auth(SimpleAuth::from_single(access_key.as_str(), secret_key.as_str()));
