@@ -18,8 +18,9 @@ Scenarios (`--scenario`): `warmup` (`memarts warmup` of the small files), `loade
 same for every variant), `cat` (`memarts cat` of the large object), `curl` (the reference: `curl
 --parallel` of the small files as link_bench.py runs it, beside an idle fleet; a variant's
 `BENCH_CURL_RANGE=0-1048575` adds the Range header of a memarts first read). A variant's
-`BENCH_ORIGIN=s3s-fs` runs it against the stock s3s-fs instead of memarts-bench-origin (both serve
-one directory, each behind its own relay), `BENCH_PROXIES=N` with a fleet of N, and
+`BENCH_ORIGIN=s3s-fs` runs it against the stock s3s-fs instead of memarts-bench-origin, and
+`BENCH_ORIGIN=PATH` against that build of memarts-bench-origin (all serve one directory, each behind
+its own relay), `BENCH_PROXIES=N` with a fleet of N, and
 `BENCH_WARMUP_THREADS=N` runs `memarts warmup --threads N`. Asserts nothing
 about timings; each scenario checks what it read as link_bench.py does. Also printed per run: the
 origin requests and connections through the relay, and the proxies' context switches per object.
@@ -105,17 +106,17 @@ def main():
     base = tempfile.mkdtemp(prefix="memarts-cold-ab-")
     root = os.path.join(base, "origin")
     os.makedirs(root)
-    # One origin server (and relay) per kind the variants ask for (BENCH_ORIGIN=s3s-fs: the stock
-    # one), all over one directory: the data is uploaded once, through the first.
-    def stock(env):
-        return env.get("BENCH_ORIGIN", os.environ.get("BENCH_ORIGIN")) == "s3s-fs"
+    # One origin server (and relay) per kind the variants ask for (BENCH_ORIGIN, as link_bench.py
+    # reads it), all over one directory: the data is uploaded once, through the first.
+    def origin_of(env):
+        return env.get("BENCH_ORIGIN", lb.origin_kind())
 
-    kinds = list(dict.fromkeys(stock(env) for _, _, env in variants))
+    kinds = list(dict.fromkeys(origin_of(env) for _, _, env in variants))
     origins = {}
     results = {name: [] for name, _, _ in variants}
     try:
         for kind in kinds:
-            endpoint, server = lb.start_origin(root, stock=kind)
+            endpoint, server = lb.start_origin(root, kind)
             host, port = endpoint.rsplit("/", 1)[1].split(":")
             origins[kind] = (endpoint, server, *relay.start_relay(host, int(port)))
         nominal = origins[kinds[0]][3].params["mbps_total"]
@@ -129,7 +130,7 @@ def main():
                 saved = dict(os.environ)
                 os.environ.update(env)
                 lb.MEMARTS = os.path.join(bin_dir, "memarts")
-                _, server, link, relay_stop = origins[stock(env)]
+                _, server, link, relay_stop = origins[origin_of(env)]
                 try:
                     with lb.Fleet(base, f"{name}-{rep}", link) as fleet:
                         pids = proxy_pids(fleet)

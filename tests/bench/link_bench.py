@@ -10,8 +10,11 @@ implementation with each GET body read in one piece instead of 4 KiB reads each 
 blocking pool. The origin shares this machine's cores with the client, and the stock server's body
 reads cost 0.7-1.4 ms of CPU and 80-95 context switches per 160 KiB object (4 ms per MiB of a large
 object), half of a 2-core machine at the link's rate: CPU a remote object store never takes from a
-training node. BENCH_ORIGIN=s3s-fs runs the stock server (found on PATH, in BENCH_S3S_FS, or
-installed with `cargo install` into target/bench-tools). Not moto: moto reads the whole object for
+training node. Its LISTs without a delimiter walk only the prefix's directory: s3s-fs walks the whole
+bucket through tokio::fs for every page, 50 ms of server time for a page of this bucket (and more
+while the machine is busy), which the warmup waits for before its first GET. BENCH_ORIGIN=s3s-fs runs
+the stock server (found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into
+target/bench-tools), BENCH_ORIGIN=PATH another build of memarts-bench-origin. Not moto: moto reads the whole object for
 every ranged GET and serves a few hundred small GETs a second on a 2-core VM, below the link, so
 against it every client is origin-bound and a ratio to the link measures moto.
 
@@ -97,24 +100,28 @@ def bench_origin_binary():
     return os.path.join(target, "release", "memarts-bench-origin")
 
 
-def stock_origin():
-    """Whether BENCH_ORIGIN asks for the stock s3s-fs."""
-    return os.environ.get("BENCH_ORIGIN") == "s3s-fs"
+def origin_kind():
+    """BENCH_ORIGIN: "s3s-fs" (the stock server), the path of a memarts-bench-origin binary (another
+    build, for an A/B), or unset (memarts-bench-origin built from tests/bench/origin)."""
+    return os.environ.get("BENCH_ORIGIN", "")
 
 
 def origin_name():
-    return "s3s-fs 0.14.1" if stock_origin() else "s3s-fs 0.14.1, GET bodies read whole (memarts-bench-origin)"
+    return {"s3s-fs": "s3s-fs 0.14.1", "": "s3s-fs 0.14.1, GET bodies read whole and LISTs of the prefix's "
+            "directory (memarts-bench-origin)"}.get(origin_kind(), origin_kind())
 
 
-def start_origin(root, stock=None):
-    """The origin server on a free port: memarts-bench-origin, or the stock s3s-fs when `stock`
-    (by default: BENCH_ORIGIN=s3s-fs). Returns its endpoint and process."""
+def start_origin(root, kind=None):
+    """The origin server on a free port, of `kind` (as BENCH_ORIGIN, which is the default). Returns
+    its endpoint and process."""
     port = free_port()
-    if stock_origin() if stock is None else stock:
+    kind = origin_kind() if kind is None else kind
+    if kind == "s3s-fs":
         cmd = [s3s_fs_binary(), "--host", "127.0.0.1", "--port", str(port), "--access-key",
                CREDS["AWS_ACCESS_KEY_ID"], "--secret-key", CREDS["AWS_SECRET_ACCESS_KEY"], root]
     else:
-        cmd = [bench_origin_binary(), root, str(port), CREDS["AWS_ACCESS_KEY_ID"], CREDS["AWS_SECRET_ACCESS_KEY"]]
+        cmd = [kind or bench_origin_binary(), root, str(port), CREDS["AWS_ACCESS_KEY_ID"],
+               CREDS["AWS_SECRET_ACCESS_KEY"]]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 30
     while True:

@@ -7,8 +7,11 @@
 //! `ReaderStream` of 4 KiB reads, each a round trip to that pool. On the benchmarks' 2-core VM, that
 //! cost the stock server 0.7-1.4 ms of CPU and 80-95 context switches per 160 KiB object, half the
 //! machine at the link's rate: CPU that no remote object store takes from a training node, and that
-//! left every client (curl included) fighting the origin for cores. The stock server stays
-//! selectable (`BENCH_ORIGIN=s3s-fs`).
+//! left every client (curl included) fighting the origin for cores. And a LIST without a delimiter
+//! walks only the prefix's directory, in one blocking step (`list.rs`): s3s-fs walks the whole
+//! bucket for every page. The stock server stays selectable (`BENCH_ORIGIN=s3s-fs`).
+
+mod list;
 
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -24,6 +27,8 @@ use s3s::service::S3ServiceBuilder;
 use s3s::{S3Request, S3Response, S3Result, S3};
 use s3s_fs::FileSystem;
 
+use list::io_error;
+
 /// Largest read of one step of a GET body.
 const PIECE: u64 = 8 << 20;
 
@@ -33,7 +38,7 @@ struct Origin {
 }
 
 /// The S3 operations: those the benchmarks use (and the usual housekeeping ones) forwarded to
-/// s3s-fs, GETs to [`Origin::get_whole`]. (`async_trait` must see the methods as written here.)
+/// s3s-fs, GETs to [`Origin::get_whole`], LISTs to [`list::list_v2`] (which hands some back). (`async_trait` must see the methods as written here.)
 macro_rules! s3_impl {
     ($($op:ident: $input:ty => $output:ty;)*) => {
         #[async_trait::async_trait]
@@ -49,6 +54,23 @@ macro_rules! s3_impl {
                 req: S3Request<GetObjectInput>,
             ) -> S3Result<S3Response<GetObjectOutput>> {
                 self.get_whole(req).await
+            }
+
+            async fn list_objects_v2(
+                &self,
+                req: S3Request<ListObjectsV2Input>,
+            ) -> S3Result<S3Response<ListObjectsV2Output>> {
+                let root = self.root.clone();
+                let (req, page) = tokio::task::spawn_blocking(move || {
+                    let page = list::list_v2(&root, &req);
+                    (req, page)
+                })
+                .await
+                .map_err(|e| io_error(io::Error::other(e)))?;
+                match page {
+                    Some(page) => page,
+                    None => self.fs.list_objects_v2(req).await,
+                }
             }
         }
     };
@@ -66,7 +88,6 @@ s3_impl! {
     delete_objects: DeleteObjectsInput => DeleteObjectsOutput;
     copy_object: CopyObjectInput => CopyObjectOutput;
     list_objects: ListObjectsInput => ListObjectsOutput;
-    list_objects_v2: ListObjectsV2Input => ListObjectsV2Output;
     create_multipart_upload: CreateMultipartUploadInput => CreateMultipartUploadOutput;
     upload_part: UploadPartInput => UploadPartOutput;
     list_parts: ListPartsInput => ListPartsOutput;
@@ -116,10 +137,6 @@ impl Origin {
         res.output.body = Some(StreamingBlob::wrap(pieces));
         Ok(res)
     }
-}
-
-fn io_error(e: io::Error) -> s3s::S3Error {
-    s3s::S3Error::with_message(s3s::S3ErrorCode::InternalError, e.to_string())
 }
 
 #[tokio::main]
