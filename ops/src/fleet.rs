@@ -317,8 +317,9 @@ pub(crate) fn stop_fleet(cfg: &FleetConfig, grace: Duration) -> Result<String> {
     clean_stale(run_dir)?;
     let _ = std::fs::remove_file(cfg.fleet_file());
     Ok(format!(
-        "stopped {} proxies{}{}",
+        "stopped {} {}{}{}",
         live.len(),
+        if live.len() == 1 { "proxy" } else { "proxies" },
         if orphans.is_empty() { String::new() } else { format!(", {} orphaned", orphans.len()) },
         if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files of dead proxies") },
     ))
