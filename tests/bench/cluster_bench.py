@@ -139,6 +139,7 @@ def check(ds, what, got):
 
 
 def _worker_init(run_dir, ready):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as compare.py's workers: Pool.terminate() ends them
     os.environ.update(compare.WORKER_ENV, MEMARTS_RUN_DIR=run_dir)
     import memarts as mox
 

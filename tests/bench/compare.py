@@ -227,6 +227,11 @@ def page_cache(ds, reps):
 def _worker_init():
     import memarts as mox
 
+    # Not main()'s handler (SystemExit, to run its finally blocks): Pool.terminate() sends workers
+    # SIGTERM, and a worker whose handler did not run (one full make bench hung here, a worker left
+    # waiting on the pool's task queue) kept Pool.join() waiting for good.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     mox.file.mode()  # creates this process's client before the first timed read
 
 

@@ -72,7 +72,8 @@ fn page(bucket: &Path, prefix: &str, after: Option<&str>, max_keys: i32) -> io::
     while let Some(dir) = dirs.pop() {
         let entries = match std::fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            // No such directory, or a file where the prefix names one: no keys there.
+            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => continue,
             Err(e) => return Err(e),
         };
         for entry in entries {
