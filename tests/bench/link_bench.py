@@ -12,11 +12,11 @@ reads cost 0.7-1.4 ms of CPU and 80-95 context switches per 160 KiB object (4 ms
 object), half of a 2-core machine at the link's rate: CPU a remote object store never takes from a
 training node. Its LISTs without a delimiter walk only the prefix's directory: s3s-fs walks the whole
 bucket through tokio::fs for every page, 50 ms of server time for a page of this bucket (and more
-while the machine is busy), which the warmup waits for before its first GET. BENCH_ORIGIN=s3s-fs runs
-the stock server (found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into
-target/bench-tools), BENCH_ORIGIN=PATH another build of memarts-bench-origin. Not moto: moto reads the whole object for
-every ranged GET and serves a few hundred small GETs a second on a 2-core VM, below the link, so
-against it every client is origin-bound and a ratio to the link measures moto.
+while the machine is busy), which the warmup waits for before its first GET. BENCH_ORIGIN=s3s-fs
+runs the stock server (found on PATH, in BENCH_S3S_FS, or installed with `cargo install` into
+target/bench-tools), BENCH_ORIGIN=PATH another build of memarts-bench-origin. Not moto: moto reads
+the whole object for every ranged GET and serves a few hundred small GETs a second on a 2-core VM,
+below the link, so against it every client is origin-bound and a ratio to the link measures moto.
 
 Every scenario reads data no one read before: each memarts scenario has a fresh cache. The measured
 link, the warmups, the memarts DataLoaders and the large-object rows run BENCH_LINK_REPEATS times (3),
@@ -91,8 +91,9 @@ def s3s_fs_binary():
 
 
 def bench_origin_binary():
-    """memarts-bench-origin (tests/bench/origin: s3s-fs with GET bodies read whole), built with cargo
-    into target/bench-tools/origin (once; cargo checks it is up to date on later runs)."""
+    """memarts-bench-origin (tests/bench/origin: s3s-fs with GET bodies read whole and LISTs of the
+    prefix's directory), built with cargo into target/bench-tools/origin (once; cargo checks it is
+    up to date on later runs)."""
     target = os.path.join(ROOT, "target", "bench-tools", "origin")
     manifest = os.path.join(ROOT, "tests", "bench", "origin", "Cargo.toml")
     subprocess.run(["cargo", "build", "--quiet", "--release", "--locked", "--manifest-path", manifest,

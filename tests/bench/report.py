@@ -4,7 +4,7 @@
 Inputs, all written by the same run: `fleet.json` (the Rust bench: warm reads through the Rust shim
 against the page cache, cold reads against direct ranged GETs, restart time), `python.json` (the
 Python package: small files, per-worker memory), `compare.json` (the peers over the emulated
-remote link), `link.json` (cold reads over an emulated link against its capacity, origin s3s-fs with GET bodies read whole, tests/bench/origin), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
+remote link), `link.json` (cold reads over an emulated link against its capacity, origin s3s-fs with GET bodies read whole and LISTs of the prefix's directory, tests/bench/origin), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
 emulated link: origin bytes, cold epoch time, warm reads from peers), `mount.json` (`memarts
 mount` against local files in the page cache, s3fs and rclone) and `warm.json` (warm reads with
 direct hits against local files: `memarts cat` against `cat`, small files by 4 workers and by one). A missing input is an error: a

@@ -27,8 +27,6 @@ use s3s::service::S3ServiceBuilder;
 use s3s::{S3Request, S3Response, S3Result, S3};
 use s3s_fs::FileSystem;
 
-use list::io_error;
-
 /// Largest read of one step of a GET body.
 const PIECE: u64 = 8 << 20;
 
@@ -38,7 +36,8 @@ struct Origin {
 }
 
 /// The S3 operations: those the benchmarks use (and the usual housekeeping ones) forwarded to
-/// s3s-fs, GETs to [`Origin::get_whole`], LISTs to [`list::list_v2`] (which hands some back). (`async_trait` must see the methods as written here.)
+/// s3s-fs, GETs to [`Origin::get_whole`], LISTs to [`Origin::list_v2`]. (`async_trait` must see
+/// the methods as written here.)
 macro_rules! s3_impl {
     ($($op:ident: $input:ty => $output:ty;)*) => {
         #[async_trait::async_trait]
@@ -60,17 +59,7 @@ macro_rules! s3_impl {
                 &self,
                 req: S3Request<ListObjectsV2Input>,
             ) -> S3Result<S3Response<ListObjectsV2Output>> {
-                let root = self.root.clone();
-                let (req, page) = tokio::task::spawn_blocking(move || {
-                    let page = list::list_v2(&root, &req);
-                    (req, page)
-                })
-                .await
-                .map_err(|e| io_error(io::Error::other(e)))?;
-                match page {
-                    Some(page) => page,
-                    None => self.fs.list_objects_v2(req).await,
-                }
+                self.list_v2(req).await
             }
         }
     };
@@ -96,6 +85,22 @@ s3_impl! {
 }
 
 impl Origin {
+    /// A LIST of the prefix's directory in one blocking step ([`list::list_v2`]), or s3s-fs's
+    /// where that hands it back.
+    async fn list_v2(&self, req: S3Request<ListObjectsV2Input>) -> S3Result<S3Response<ListObjectsV2Output>> {
+        let root = self.root.clone();
+        let (req, page) = tokio::task::spawn_blocking(move || {
+            let page = list::list_v2(&root, &req);
+            (req, page)
+        })
+        .await
+        .map_err(|e| io_error(io::Error::other(e)))?;
+        match page {
+            Some(page) => page,
+            None => self.fs.list_objects_v2(req).await,
+        }
+    }
+
     /// s3s-fs's GET with its body read in one piece (see the module docs).
     async fn get_whole(&self, req: S3Request<GetObjectInput>) -> S3Result<S3Response<GetObjectOutput>> {
         // s3s-fs checks the names, the range and any condition, and answers with the headers; only
@@ -137,6 +142,10 @@ impl Origin {
         res.output.body = Some(StreamingBlob::wrap(pieces));
         Ok(res)
     }
+}
+
+fn io_error(e: io::Error) -> s3s::S3Error {
+    s3s::S3Error::with_message(s3s::S3ErrorCode::InternalError, e.to_string())
 }
 
 #[tokio::main]
