@@ -93,7 +93,7 @@ def run_once(scenario, fleet, data, relay_stop, link, base):
         return lb.memarts_warmup(fleet, data, relay_stop)["seconds"], len(data.small), "object"
     if scenario == "loader":
         return lb.memarts_loader(fleet, data, relay_stop, True)["seconds"], len(data.small), "object"
-    return lb.large_memarts_cat(fleet, data)["seconds"], data.large[0] / (1 << 20), "MiB"
+    return lb.large_memarts_cat(fleet, data, relay_stop)["seconds"], data.large[0] / (1 << 20), "MiB"
 
 
 def main():

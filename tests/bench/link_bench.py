@@ -28,6 +28,11 @@ deleted" inodes, reading each one's inode-table block), so right after the previ
 1,500 files were deleted, creating the next cache's files spent a third of the proxies' CPU in that
 scan (perf, on this 2-core VM): a cost of running scenarios back to back, not of a first epoch.
 
+The relay keeps a timeline (bytes and request starts per 10 ms), from which every row on the link
+also records where its time went (`phases`): ms from its start to its first request, its steady
+rate (MB/s while its bytes went from 10% to 90% of the total), and ms from its last byte on the link
+to its end. The DataLoader rows also keep the fleet's counters (`fleet`: hits, misses, prefetched).
+
 - link (nominal): BENCH_LINK_MBPS_TOTAL;
 - link (measured): `curl --parallel --parallel-max 64` of the small files, the most this link,
   origin and machine deliver for small files with no cache in between (64 boto3 threads beside it,
@@ -204,14 +209,62 @@ def median_run(got):
     return row
 
 
-def timed(total_bytes, fn):
+def timed(total_bytes, fn, span=False):
+    """MB/s and seconds of `fn()`; with `span`, also its start and end on `time.monotonic()` (what
+    `on_link` takes)."""
     # What the previous scenario wrote is flushed first: writeback during a 2-second scenario would
     # take CPU and disk from whatever runs then.
     os.sync()
-    start = time.perf_counter()
+    start, mono = time.perf_counter(), time.monotonic()
     fn()
     secs = time.perf_counter() - start
-    return {"mbs": total_bytes / secs / 1e6, "seconds": secs}
+    out = {"mbs": total_bytes / secs / 1e6, "seconds": secs}
+    if span:
+        out["span"] = (mono, mono + secs)
+    return out
+
+
+#: Bins of the relay's timeline, in ms (`phases`).
+TIMELINE_MS = 10
+
+
+def phases(timeline, start, end):
+    """Where a run's time went, from the relay's timeline (`relay.start_relay(timeline_ms=...)`) and
+    the run's start and end on `time.monotonic()`: ms from the start to its first request, the rate of
+    its steady state (the link's MB/s while its bytes went from 10% to 90% of the total), and ms from
+    its last byte on the link to its end."""
+    bins, reqs = timeline["bytes"], timeline["requests"]
+    total = sum(bins)
+    if not total or not any(reqs):
+        return {}
+    width = timeline["bin_ms"] / 1000
+    at = timeline["start_ms"] / 1000
+    first_request = next(i for i, r in enumerate(reqs) if r)
+    last_byte = max(i for i, b in enumerate(bins) if b)
+    done, t10, t90 = 0, None, None
+    for i, b in enumerate(bins):
+        done += b
+        if t10 is None and done >= 0.1 * total:
+            t10 = i
+        if done >= 0.9 * total:
+            t90 = i
+            break
+    return {"first_request_ms": round((at + first_request * width - start) * 1000, 1),
+            "steady_mbs": round(0.8 * total / max((t90 - t10) * width, width) / 1e6, 1),
+            "last_byte_to_end_ms": round((end - at - (last_byte + 1) * width) * 1000, 1)}
+
+
+def on_link(relay_stop, run):
+    """`run()` (a `timed(..., span=True)` result) with the origin requests it made through the relay
+    and, when the relay keeps a timeline, its `phases`."""
+    before = relay_stop.stats()["requests"]
+    out = run()
+    after = relay_stop.stats()
+    out["origin_requests"] = after["requests"] - before
+    span = out.pop("span", None)
+    if span and "timeline" in after:
+        out.update(phases(after["timeline"], *span))
+    return out
 
 
 # ---------------------------------------------------------------- the scenarios
@@ -235,11 +288,11 @@ def raw_parallel_gets(endpoint, data, threads=64):
     return out
 
 
-def curl_parallel_gets(endpoint, data, base, parallel=64, extra=()):
+def curl_parallel_gets(endpoint, data, base, parallel=64, extra=(), relay_stop=None):
     """`curl --parallel` (C, no interpreter in the way) of every small file, `parallel` at once,
     SigV4-signed: the most this link, origin and machine deliver for small files with no cache in
     between. Written to local files, then checked. `extra`: more curl options (cold_ab.py's ranged
-    variant)."""
+    variant); `relay_stop`: the relay of `endpoint`, for the run's `phases`."""
     out_dir = tempfile.mkdtemp(prefix="curl-", dir=base)
     config = os.path.join(base, "curl.config")
     with open(config, "w") as f:
@@ -254,7 +307,7 @@ def curl_parallel_gets(endpoint, data, base, parallel=64, extra=()):
         if done.returncode != 0:
             raise AssertionError(f"curl --parallel failed ({done.returncode}): {done.stderr[-500:]}")
 
-    out = timed(data.small_bytes, run)
+    out = on_link(relay_stop, lambda: timed(data.small_bytes, run, span=True)) if relay_stop else timed(data.small_bytes, run)
     got = {}
     for i, key in enumerate(data.small):
         with open(os.path.join(out_dir, str(i)), "rb") as f:
@@ -265,7 +318,6 @@ def curl_parallel_gets(endpoint, data, base, parallel=64, extra=()):
 
 def memarts_warmup(fleet, data, relay_stop, manifest=None):
     """`memarts warmup` of the small files: one LIST (read while listed), or none with `manifest`."""
-    before = relay_stop.stats()["requests"]
     args = ["--manifest", manifest] if manifest else []
     if os.environ.get("BENCH_WARMUP_THREADS"):  # cold_ab.py variants; the default otherwise
         args += ["--threads", os.environ["BENCH_WARMUP_THREADS"]]
@@ -276,9 +328,7 @@ def memarts_warmup(fleet, data, relay_stop, manifest=None):
         if out.returncode != 0 or f"read {len(data.small)} objects" not in out.stdout:
             raise AssertionError(f"memarts warmup failed ({out.returncode}): {out.stdout}{out.stderr}")
 
-    out = timed(data.small_bytes, run)
-    out["origin_requests"] = relay_stop.stats()["requests"] - before
-    return out
+    return on_link(relay_stop, lambda: timed(data.small_bytes, run, span=True))
 
 
 def _crc_item(obj):
@@ -308,19 +358,25 @@ def loader_epoch(dataset, data, what, sampler=None):
 
 def memarts_loader(fleet, data, relay_stop, prefetch):
     """In a process of its own (memarts binds to the fleet of its environment once per process)."""
-    before = relay_stop.stats()["requests"]
     os.sync()
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memarts-loader", str(int(prefetch))],
-                         env=fleet.env, input=json.dumps(list(data.small)), capture_output=True, text=True)
-    if out.returncode != 0:
-        raise AssertionError(f"memarts DataLoader (prefetch={prefetch}) failed: {out.stderr[-2000:]}")
-    child = json.loads(out.stdout.strip().splitlines()[-1])
+
+    def run():
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--memarts-loader", str(int(prefetch))],
+                             env=fleet.env, input=json.dumps(list(data.small)), capture_output=True, text=True)
+        if out.returncode != 0:
+            raise AssertionError(f"memarts DataLoader (prefetch={prefetch}) failed: {out.stderr[-2000:]}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    child = on_link(relay_stop, run)
     if "unavailable" in child:
         return child
     data.check(f"memarts DataLoader (prefetch={prefetch})", child.pop("got"))
-    child["origin_requests"] = relay_stop.stats()["requests"] - before
     child["mbs"] = data.small_bytes / child["seconds"] / 1e6
     return child
+
+
+#: The fleet's counters a DataLoader row records.
+FLEET_COUNTERS = ("hits", "misses", "origin_requests", "prefetched", "prefetch_skipped_cached", "prefetch_dropped")
 
 
 def memarts_loader_child(prefetch):
@@ -340,11 +396,16 @@ def memarts_loader_child(prefetch):
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate,
                                          multiprocessing_context="fork", **kwargs)
     got = {}
-    start = time.perf_counter()
+    start, mono = time.perf_counter(), time.monotonic()
     for batch in loader:
         got.update(batch)
     secs = time.perf_counter() - start
-    print(json.dumps({"seconds": secs, "got": got}))
+    import memarts
+
+    # What the fleet did (the workers' direct hits reach the slots' `hits` when reported).
+    time.sleep(0.2)
+    fleet = {k: v for k, v in memarts.stats().items() if k in FLEET_COUNTERS}
+    print(json.dumps({"seconds": secs, "span": (mono, mono + secs), "fleet": fleet, "got": got}))
 
 
 class Boto3Items:
@@ -378,7 +439,7 @@ def s3torchconnector_loader(endpoint, data):
         return {"unavailable": f"{type(e).__name__}: {e}"[:300]}
 
 
-def large_memarts_cat(fleet, data):
+def large_memarts_cat(fleet, data, relay_stop):
     def run():
         with open(os.devnull, "wb") as sink:
             out = subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], env=fleet.env, stdout=sink,
@@ -386,7 +447,7 @@ def large_memarts_cat(fleet, data):
         if out.returncode != 0:
             raise AssertionError(f"memarts cat failed: {out.stderr}")
 
-    out = timed(data.large[0], run)
+    out = on_link(relay_stop, lambda: timed(data.large[0], run, span=True))
     # The bytes: read again from the cache (warm, not timed) and checked.
     check = subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], env=fleet.env, capture_output=True)
     if zlib.crc32(check.stdout) != data.large[1]:
@@ -424,7 +485,7 @@ def main():
     os.makedirs(root)
     origin, server = start_origin(root)
     host, port = origin.rsplit("/", 1)[1].split(":")
-    link, relay_stop = relay.start_relay(host, int(port))
+    link, relay_stop = relay.start_relay(host, int(port), timeline_ms=TIMELINE_MS)
     nominal = relay_stop.params["mbps_total"]
     res = {"scale": "small" if SMALL_SCALE else "full", "link": relay_stop.params, "origin": origin_name()}
     try:
@@ -443,7 +504,7 @@ def main():
             print(f"run {rep + 1} of {REPEATS}: curl --parallel, memarts warmup (LIST, manifest), "
                   "memarts DataLoader (prefetch, plain) ...", flush=True)
             if shutil.which("curl"):
-                runs.setdefault("link_measured", []).append(curl_parallel_gets(link, data, base))
+                runs.setdefault("link_measured", []).append(curl_parallel_gets(link, data, base, relay_stop=relay_stop))
             with Fleet(base, f"warmup-{rep}", link) as fleet:
                 runs.setdefault("memarts_warmup", []).append(memarts_warmup(fleet, data, relay_stop))
             with Fleet(base, f"warmup-manifest-{rep}", link) as fleet:
@@ -467,7 +528,7 @@ def main():
         for rep in range(REPEATS):
             print(f"large object, run {rep + 1} of {REPEATS}: memarts cat, boto3 download_file ...", flush=True)
             with Fleet(base, f"cat-{rep}", link) as fleet:
-                large.setdefault("large_memarts_cat", []).append(large_memarts_cat(fleet, data))
+                large.setdefault("large_memarts_cat", []).append(large_memarts_cat(fleet, data, relay_stop))
             large.setdefault("large_boto3_download", []).append(large_boto3(link, data, base))
         for name, got in large.items():
             rows[name] = median_run(got)
@@ -505,7 +566,11 @@ def main():
             spread = ""
             if len(row.get("runs_mbs", [])) > 1:
                 spread = f"   (runs: {', '.join(f'{m / nominal:.2f}' for m in row['runs_mbs'])} x link)"
-            print(f"{name:<34} {row['mbs']:>8.1f} {row['vs_link']:>7.2f} {row['vs_measured_link']:>11.2f}{spread}")
+            phase = ""
+            if "steady_mbs" in row:
+                phase = (f"   (first request {row['first_request_ms']:.0f} ms, steady {row['steady_mbs'] / nominal:.2f}x, "
+                         f"last byte {row['last_byte_to_end_ms']:.0f} ms before the end)")
+            print(f"{name:<34} {row['mbs']:>8.1f} {row['vs_link']:>7.2f} {row['vs_measured_link']:>11.2f}{spread}{phase}")
         else:
             print(f"{name:<34} {row}")
     python_bench.write_results("link", res)

@@ -12,6 +12,9 @@
 //!   all connections; a bucket may run into debt, and the sender then sleeps until it is paid, so each
 //!   bucket's long-run rate is exact.
 //! - `--count-signers`: counts the SigV4 access key id (`Credential=<id>/`) of every request.
+//! - `--timeline-ms N`: bytes sent to clients and request starts per bin of N ms, on the monotonic
+//!   clock (Python's `time.monotonic()`), so that a run can be split into its start-up, its steady
+//!   state and its tail. Each SIGUSR1 print holds the bins since the previous one (`timeline`).
 //!
 //! Stops on SIGTERM or SIGINT, or when the process that started it is gone.
 
@@ -52,6 +55,9 @@ struct Args {
     /// Count requests per SigV4 access key id.
     #[arg(long)]
     count_signers: bool,
+    /// Record bytes down and request starts per bin of this many ms (0: no timeline).
+    #[arg(long, default_value_t = 0)]
+    timeline_ms: u64,
 }
 
 /// `rate` bytes/s with a burst; `reserve(n)` takes n bytes (possibly into debt) and says how long the
@@ -85,6 +91,51 @@ struct Stats {
     requests: AtomicU64,
     bytes_down: AtomicU64,
     signers: Option<Mutex<BTreeMap<String, u64>>>,
+    timeline: Option<Mutex<Timeline>>,
+}
+
+/// Bytes down and request starts per bin of `bin_ms`, since the last print.
+struct Timeline {
+    bin_ms: u64,
+    /// The bin of `bins[0]` (monotonic ms / bin_ms).
+    first: u64,
+    /// (bytes down, request starts) per bin.
+    bins: Vec<(u64, u64)>,
+}
+
+/// The monotonic clock in ms, the clock of Python's `time.monotonic()` (std's `Instant` has no epoch
+/// to share with another process).
+fn monotonic_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the duration of the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}
+
+impl Timeline {
+    fn add(&mut self, bytes: u64, requests: u64) {
+        let bin = monotonic_ms() / self.bin_ms;
+        if self.bins.is_empty() {
+            self.first = bin;
+        }
+        let at = bin.saturating_sub(self.first) as usize;
+        if at >= self.bins.len() {
+            self.bins.resize(at + 1, (0, 0));
+        }
+        self.bins[at].0 += bytes;
+        self.bins[at].1 += requests;
+    }
+
+    /// The bins so far as JSON, emptied.
+    fn take(&mut self) -> serde_json::Value {
+        let bins = std::mem::take(&mut self.bins);
+        serde_json::json!({
+            "bin_ms": self.bin_ms,
+            "start_ms": self.first * self.bin_ms,
+            "bytes": bins.iter().map(|b| b.0).collect::<Vec<_>>(),
+            "requests": bins.iter().map(|b| b.1).collect::<Vec<_>>(),
+        })
+    }
 }
 
 impl Stats {
@@ -98,7 +149,16 @@ impl Stats {
             let signers = signers.lock().unwrap_or_else(|e| e.into_inner());
             out["signers"] = serde_json::json!(*signers);
         }
+        if let Some(timeline) = &self.timeline {
+            out["timeline"] = timeline.lock().unwrap_or_else(|e| e.into_inner()).take();
+        }
         out
+    }
+
+    fn record(&self, bytes: u64, requests: u64) {
+        if let Some(timeline) = &self.timeline {
+            timeline.lock().unwrap_or_else(|e| e.into_inner()).add(bytes, requests);
+        }
     }
 
     fn count_signers(&self, data: &[u8]) {
@@ -150,6 +210,7 @@ impl Link {
         while let Ok(n @ 1..) = from.read(&mut buf).await {
             if conn.request_start.swap(false, Ordering::Relaxed) {
                 self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                self.stats.record(0, 1);
                 tokio::time::sleep(self.latency).await;
             }
             self.stats.count_signers(&buf[..n]);
@@ -171,6 +232,7 @@ impl Link {
             if to.write_all(&buf[..n]).await.is_err() {
                 break;
             }
+            self.stats.record(n as u64, 0);
         }
         let _ = to.shutdown().await;
     }
@@ -229,7 +291,12 @@ async fn run(args: Args) -> std::io::Result<()> {
         latency: Duration::from_secs_f64(args.latency_ms.max(0.0) / 1000.0),
         mbps_per_conn: args.mbps_per_conn,
         total: Mutex::new(TokenBucket::new(args.mbps_total)),
-        stats: Stats { signers: args.count_signers.then(Mutex::default), ..Stats::default() },
+        stats: Stats {
+            signers: args.count_signers.then(Mutex::default),
+            timeline: (args.timeline_ms > 0)
+                .then(|| Mutex::new(Timeline { bin_ms: args.timeline_ms, first: 0, bins: Vec::new() })),
+            ..Stats::default()
+        },
     });
     let listener = TcpListener::bind((args.listen.as_str(), 0)).await?;
     println!("READY http://{}:{}", args.listen, listener.local_addr()?.port());

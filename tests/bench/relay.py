@@ -243,18 +243,23 @@ def relay_program():
 
 
 def start_relay(target_host, target_port, latency_ms=None, mbps_per_conn=None, mbps_total=None,
-                listen_host="127.0.0.1", count_signers=False):
+                listen_host="127.0.0.1", count_signers=False, timeline_ms=0):
     """Starts a relay to target_host:target_port in a subprocess of its own (so that relaying does not
     compete for the GIL with the process being measured). Returns (endpoint_url, stop_fn);
     `stop_fn.params` holds the link parameters, `stop_fn.stats()` returns the relay's counters and
-    `stop_fn.proc` is the process, `stop_fn.program` says which relay runs ("rust" or "python")."""
+    `stop_fn.proc` is the process, `stop_fn.program` says which relay runs ("rust" or "python").
+    `timeline_ms` (the Rust relay only): each `stats()` also holds the bytes down and request starts
+    per bin of that many ms since the previous call (`timeline`, on `time.monotonic()`'s clock)."""
     params = link_params(latency_ms, mbps_per_conn, mbps_total)
     program = relay_program()
+    if timeline_ms and program[0] == sys.executable:
+        raise RuntimeError("the timeline needs the Rust relay (memarts-link-relay): build it with cargo")
     proc = subprocess.Popen(
         program + [target_host, str(target_port),
          "--latency-ms", str(params["latency_ms"]), "--mbps-per-conn", str(params["mbps_per_conn"]),
          "--mbps-total", str(params["mbps_total"]), "--listen", listen_host]
-        + (["--count-signers"] if count_signers else []),
+        + (["--count-signers"] if count_signers else [])
+        + (["--timeline-ms", str(int(timeline_ms))] if timeline_ms else []),
         stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
     def stats():
