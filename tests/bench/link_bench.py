@@ -380,23 +380,20 @@ FLEET_COUNTERS = ("hits", "misses", "origin_requests", "prefetched", "prefetch_s
 
 
 def memarts_loader_child(prefetch):
+    import torch
     from memarts.torch import MapDataset
 
     keys = json.loads(sys.stdin.read())
     ds = MapDataset.from_objects([f"s3://{BUCKET}/{k}" for k in keys], transform=_crc_item)
-    sampler = None
-    if prefetch:
-        if not hasattr(ds, "sampler"):
-            print(json.dumps({"unavailable": "memarts.torch.MapDataset has no prefetching sampler in this build"}))
-            return
-        sampler = ds.sampler(shuffle=True)
-    import torch
-
-    kwargs = {"sampler": sampler} if sampler is not None else {"shuffle": True}
+    if prefetch and not hasattr(ds, "sampler"):
+        print(json.dumps({"unavailable": "memarts.torch.MapDataset has no prefetching sampler in this build"}))
+        return
+    # Timed from before the sampler is made: it hints the epoch's first items as it is made.
+    start, mono = time.perf_counter(), time.monotonic()
+    kwargs = {"sampler": ds.sampler(shuffle=True)} if prefetch else {"shuffle": True}
     loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=WORKERS, collate_fn=_collate,
                                          multiprocessing_context="fork", **kwargs)
     got = {}
-    start, mono = time.perf_counter(), time.monotonic()
     for batch in loader:
         got.update(batch)
     secs = time.perf_counter() - start

@@ -88,6 +88,33 @@ def test_multi_chunk_objects_cost_one_get_per_chunk(s3, bucket, fleet):
         assert fleet.gets(bucket) == 12 * 3, "a chunk was fetched twice"
 
 
+def test_the_first_items_are_hinted_when_the_sampler_is_made_and_at_each_set_epoch(s3, bucket, fleet):
+    _dataset(s3, bucket, "early", 24)
+    ds = MapDataset.from_prefix(f"obs://{bucket}/early/", transform=_sample)
+
+    def hinted():
+        return memarts.stats()["prefetch_hinted"]
+
+    before = hinted()
+    sampler = ds.sampler(shuffle=True, seed=2, ahead=8, rank=0, world_size=1)
+    assert hinted() - before == 8, "the epoch's first items, before any DataLoader draws them"
+    # The DataLoader's draw continues the early one: the order is the epoch's, each item hinted once.
+    assert list(sampler) == list(ShardedOrder(24, shuffle=True, seed=2, rank=0, world_size=1))
+    assert hinted() - before == 24
+    sampler.set_epoch(1)
+    assert hinted() - before == 32
+    epoch1 = ShardedOrder(24, shuffle=True, seed=2, rank=0, world_size=1)
+    epoch1.set_epoch(1)
+    assert list(sampler) == list(epoch1)
+    assert hinted() - before == 48
+    # Iterated again without set_epoch: the same order, drawn (and hinted) anew.
+    assert list(sampler) == list(epoch1)
+    assert hinted() - before == 72
+    # An order drawn from torch's generator at iteration is not drawn ahead of it.
+    PrefetchSampler(torch.utils.data.RandomSampler(ds), ds, ahead=8)
+    assert hinted() - before == 72
+
+
 def test_set_epoch_changes_the_order_and_two_ranks_cover_the_dataset_once(s3, bucket, fleet):
     data = _dataset(s3, bucket, "ranks", 30)
     ds = MapDataset.from_prefix(f"obs://{bucket}/ranks/", transform=_sample)

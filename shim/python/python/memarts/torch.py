@@ -23,7 +23,7 @@ drawn in the DataLoader's main process: pass the dataset's own sampler, nothing 
 ``ds.sampler()`` has ``DistributedSampler``'s semantics (rank and world size from
 ``torch.distributed``, else ``RANK`` / ``WORLD_SIZE``; ``shuffle``, ``seed``, ``drop_last``,
 ``set_epoch``) and hints the next ``ahead`` items (default 256) to the fleet as the DataLoader draws
-indices. Any other sampler gets the same with ``PrefetchSampler(sampler, ds)`` (it forwards
+indices (the epoch's first ones already when it is made and at each ``set_epoch``). Any other sampler gets the same with ``PrefetchSampler(sampler, ds)`` (it forwards
 ``set_epoch``), e.g. ``PrefetchSampler(DistributedSampler(ds), ds)``. ``MapDataset.__getitems__``
 reads a batch's items in parallel (torch >= 2 calls it for batched fetches). An
 :class:`IterableDataset` worker hints its own shard ahead of its reads.
@@ -38,6 +38,7 @@ hints do nothing.
 
 import collections
 import io
+import itertools
 import math
 import os
 import random
@@ -189,7 +190,8 @@ class MapDataset(_Dataset):
     def sampler(self, shuffle=True, seed=0, drop_last=False, ahead=256, rank=None, world_size=None):
         """A sampler over this dataset with ``DistributedSampler``'s semantics (this rank's share of
         a per-epoch order; ``set_epoch``) that hints the next ``ahead`` items to the fleet as the
-        DataLoader draws them: ``DataLoader(ds, sampler=ds.sampler(shuffle=True), ...)``."""
+        DataLoader draws them, and the epoch's first ``ahead`` as soon as it is made and at each
+        ``set_epoch`` (see :class:`PrefetchSampler`): ``DataLoader(ds, sampler=ds.sampler(shuffle=True), ...)``."""
         order = ShardedOrder(len(self), shuffle, seed, drop_last, rank, world_size)
         return PrefetchSampler(order, self, ahead)
 
@@ -269,20 +271,58 @@ def _flat(items):
             yield item
 
 
+def _seeded(sampler):
+    """Whether ``sampler``'s order is a function of its seed and epoch alone (our
+    :class:`ShardedOrder`, torch's ``DistributedSampler``): then drawing it ahead of the DataLoader
+    gives the order the DataLoader would draw. Any other (``RandomSampler`` takes its seed from
+    torch's generator when iterated) is drawn only when the DataLoader asks."""
+    if isinstance(sampler, ShardedOrder):
+        return True
+    return _torch is not None and isinstance(sampler, _torch.utils.data.DistributedSampler)
+
+
 class PrefetchSampler(_Sampler):
     """Wraps any sampler (or batch sampler) of ``dataset``: yields what it yields, in the same
     order, and hints the next ``ahead`` indices' objects to the fleet as they are drawn (hints go
     in groups, every ``ahead // 8`` items). ``set_epoch`` is forwarded. ``dataset`` needs
-    ``prefetch_urls(indices)`` (a :class:`MapDataset` has it) or a ``urls`` list."""
+    ``prefetch_urls(indices)`` (a :class:`MapDataset` has it) or a ``urls`` list.
+
+    For an order that depends on its seed and epoch alone (:class:`ShardedOrder`, what
+    ``MapDataset.sampler`` makes, or ``DistributedSampler``), the first ``ahead`` items of the epoch
+    are drawn and hinted as soon as the sampler is made and at every ``set_epoch``: they are on
+    their way while the DataLoader starts its worker processes (tens of ms each) and while the
+    training script does whatever it does before its first batch. The DataLoader's iteration
+    then continues that same draw."""
 
     def __init__(self, sampler, dataset, ahead=256):
         self.sampler = sampler
         self.dataset = dataset
         self.ahead = max(1, int(ahead))
+        #: (epoch, the items drawn and hinted, the rest of that draw) ahead of the DataLoader.
+        self._early = None
+        self._hint_early()
 
     def set_epoch(self, epoch):
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
+        self._hint_early()
+
+    def _hint_early(self):
+        self._early = None
+        if not _seeded(self.sampler):
+            return
+        rest = iter(self.sampler)
+        drawn = list(itertools.islice(rest, self.ahead))
+        _hint(self._urls(drawn))
+        self._early = (getattr(self.sampler, "epoch", None), drawn, rest)
+
+    def _start(self):
+        """The epoch's draw (its items, whether they were hinted already): the one started early
+        if it is still this epoch's, else a new one."""
+        early, self._early = self._early, None
+        if early is not None and early[0] == getattr(self.sampler, "epoch", None):
+            return itertools.chain(early[1], early[2]), len(early[1])
+        return iter(self.sampler), 0
 
     def __len__(self):
         return len(self.sampler)
@@ -294,13 +334,13 @@ class PrefetchSampler(_Sampler):
         return [self.dataset.urls[i] for i in indices]
 
     def __iter__(self):
-        source = iter(self.sampler)
+        source, hinted = self._start()
         window = collections.deque()
         step = max(1, self.ahead // 8)
         done = False
 
         def refill():
-            nonlocal done
+            nonlocal done, hinted
             drawn = []
             while not done and len(window) < self.ahead:
                 try:
@@ -310,7 +350,10 @@ class PrefetchSampler(_Sampler):
                     break
                 window.append(item)
                 drawn.append(item)
-            _hint(self._urls(drawn))
+            # The first items of an early draw were hinted when it was made.
+            skip = min(hinted, len(drawn))
+            hinted -= skip
+            _hint(self._urls(drawn[skip:]))
 
         refill()
         while window:
