@@ -18,6 +18,17 @@
 //!
 //! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
 //! read stays cached and what is not goes, as if the slots had served them.
+//!
+//! A chunk that goes straight to an output (`memarts cat`: `Direct::write_mapped_chunk`) is not
+//! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
+//! are the pages written out, none can be dropped and read again from the disk in between),
+//! checked, and handed to the writer from the page cache. memarts never changes a chunk file in
+//! place (an eviction unlinks one, which a mapping outlives), and a file shorter than its header
+//! says is never mapped past its end. What this does not guard against, unlike a read into a
+//! buffer: another process of the cache's own uid writing into a chunk file in place while it is
+//! written out (its bytes could get through) or truncating it (the reader dies of SIGBUS); that uid
+//! is trusted with the cache as it is with the slots' sockets and credentials. Where memory cannot
+//! be locked (`RLIMIT_MEMLOCK`, no `CAP_IPC_LOCK`), the chunk is read into a buffer instead.
 
 use std::fs::File;
 use std::io;
@@ -49,6 +60,15 @@ const TOUCH_DELAY: Duration = Duration::from_millis(100);
 /// right after the kernel copied it there, large enough that a small file's data comes with its
 /// header in one `preadv`.
 const PIECE: usize = 512 << 10;
+
+/// Which chunk: index `index` of the version `etag` of `url`, cut at `chunk_size`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkName<'a> {
+    pub url: &'a ObjectUrl,
+    pub etag: &'a str,
+    pub chunk_size: u64,
+    pub index: u64,
+}
 
 /// What a direct read of one chunk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,18 +203,21 @@ impl Direct {
         slot: u32,
         dst: &mut Room,
     ) -> Found {
-        let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
-        memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
-        let id = memarts_protocol::chunk_id_from_identity(url, chunk_size, index, &identity);
+        let (identity, id) = identity_of(url, etag, chunk_size, index);
         let found = match self.open(ChunkId(id)) {
             Some(file) => check(&file, &identity, dst),
             None => Found::Absent,
         };
+        self.count(found, slot, id, dst.len());
+        found
+    }
+
+    fn count(&self, found: Found, slot: u32, id: u128, len: usize) {
         match found {
             Found::Served => {
                 self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                self.counters.bytes.fetch_add(dst.len() as u64, Ordering::Relaxed);
-                self.note(slot, Touch { id, len: dst.len() as u64 });
+                self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                self.note(slot, Touch { id, len: len as u64 });
             }
             Found::Absent => {
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -203,7 +226,25 @@ impl Direct {
                 self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
             }
         }
-        found
+    }
+
+    /// Chunk `index` (of `len` bytes) of the version `etag` of `url`, checked and handed to `write`
+    /// straight from its file's mapping (see the module docs). `None` when it is not served so:
+    /// no such file, memory that cannot be locked, or a file that fails its checks, all of which the
+    /// caller reads the usual way (which counts them, and has the slot refetch a corrupt one).
+    pub fn write_mapped_chunk(
+        &self,
+        chunk: ChunkName<'_>,
+        slot: u32,
+        len: usize,
+        write: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> Option<io::Result<()>> {
+        let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
+        let file = self.open(ChunkId(id))?;
+        let map = map_checked(&file, &identity, len)?;
+        let data_offset = format::data_offset_for(identity.len()) as usize;
+        self.count(Found::Served, slot, id, len);
+        Some(write(&map[data_offset..data_offset + len]))
     }
 
     /// The file of chunk `id`, opened relative to the chunks directory (held open: no walk of the
@@ -261,6 +302,37 @@ impl Direct {
         pending.since = None;
         by_slot(std::mem::take(&mut pending.touches))
     }
+}
+
+/// The identity bytes of a chunk and its id (what names its file).
+fn identity_of(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> (Vec<u8>, u128) {
+    let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
+    memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
+    let id = memarts_protocol::chunk_id_from_identity(url, chunk_size, index, &identity);
+    (identity, id)
+}
+
+/// The chunk file mapped whole and locked in memory, if it is exactly this chunk's with `len`
+/// bytes of data that match its CRC32C (the checks of [`check`], on the mapping).
+fn map_checked(file: &File, identity: &[u8], len: usize) -> Option<memmap2::Mmap> {
+    let data_offset = format::data_offset_for(identity.len());
+    let whole = data_offset.checked_add(len as u64)?;
+    // Never mapped past the end of the file: a page there would fault (SIGBUS) when read.
+    if file.metadata().ok()?.len() < whole {
+        return None;
+    }
+    // SAFETY: chunk files are written whole to a temp file and renamed into place; nothing writes
+    // to or truncates a published one (an eviction unlinks it, which the mapping outlives), so the
+    // mapped bytes do not change while the map lives. It is read only through `&[u8]`.
+    let map = unsafe { memmap2::MmapOptions::new().len(whole as usize).map(file) }.ok()?;
+    // Locked: the pages checked below stay the pages the caller writes out.
+    map.lock().ok()?;
+    let raw = format::decode_raw(&map[..data_offset as usize]).ok()?;
+    let data = &map[data_offset as usize..];
+    if raw.identity != identity || raw.data_offset != data_offset || raw.data_len != len as u64 {
+        return None;
+    }
+    (memarts_protocol::crc32c(data) == raw.data_crc32c).then_some(map)
 }
 
 fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {

@@ -11,7 +11,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 
 use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
 use crate::client::{parse, Client};
-use crate::direct::Found;
+use crate::direct::{ChunkName, Found};
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room, Sink, VecSink};
 
@@ -295,6 +295,29 @@ fn plan<'a>(t: &Target<'_>, offset: u64, mut dst: &'a mut Room) -> Vec<Piece<'a>
 /// Runs `job` over `jobs` (taken from the back) on at most `workers` threads, the calling one
 /// included; stops handing out jobs after the first failure and returns it.
 impl Client {
+    /// Chunk `index` of the version `meta` of `url`, whole, handed to `write` straight from its
+    /// file's mapping when it is a direct hit (`Direct::write_mapped_chunk`); `None` when it is not
+    /// (read it the usual way). `Some` holds what `write` returned.
+    pub(crate) fn write_chunk_mapped(
+        &self,
+        url: &str,
+        meta: &ObjectMeta,
+        index: u64,
+        write: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Option<std::io::Result<()>> {
+        let direct = self.direct.as_ref()?;
+        let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;
+        let cs = self.cfg.chunk_size;
+        let start = index.checked_mul(cs).filter(|&s| s < meta.size)?;
+        let len = usize::try_from((meta.size - start).min(cs)).ok()?;
+        let parsed = parse(url).ok()?;
+        let slot = chunk_owner(&parsed, cs, index, self.slots());
+        let chunk = ChunkName { url: &parsed, etag, chunk_size: cs, index };
+        let written = direct.write_mapped_chunk(chunk, slot, len, write)?;
+        self.after_direct_read();
+        Some(written)
+    }
+
     /// Chunk `index` of the target straight from its file, when direct reads are on (see
     /// `direct.rs`); `Absent` otherwise.
     fn read_chunk_direct(&self, t: &Target<'_>, index: u64, slot: u32, dst: &mut Room) -> Found {

@@ -278,12 +278,25 @@ impl Stream {
 
     /// Hands the rest of the stream to `write`, piece by piece, straight from the fetched chunks
     /// (no copy into a buffer of the caller's): how `memarts cat` streams an object to its output.
+    /// A whole chunk that is a direct hit and not in the window already is not even read into a
+    /// buffer: `write` gets it from its file's mapping, checked (`direct.rs`), on this thread.
     /// An error of `write` ends the copy as [`Error::Io`]. Returns the bytes written.
     pub fn copy_to(&mut self, mut write: impl FnMut(&[u8]) -> std::io::Result<()>) -> Result<u64> {
         let (size, cs, start) = (self.target.meta.size, self.target.chunk_size, self.pos);
         while self.pos < size {
             self.last_end = self.pos;
             let index = self.pos / cs;
+            if self.pos == index * cs && !self.in_window(index) {
+                let client: &Client = (*self.target.source).as_ref();
+                if let Some(written) =
+                    client.write_chunk_mapped(&self.target.url, &self.target.meta, index, &mut write)
+                {
+                    written?;
+                    self.pos += self.target.chunk_len(index) as u64;
+                    self.last_chunk = Some(index);
+                    continue;
+                }
+            }
             let chunk = self.enter(index)?;
             let skip = (self.pos - index * cs) as usize;
             write(&chunk[skip..])?;
@@ -291,6 +304,11 @@ impl Stream {
         }
         self.last_end = self.pos;
         Ok(self.pos - start)
+    }
+
+    /// Whether chunk `index` is in the window (on its way or fetched).
+    fn in_window(&self, index: u64) -> bool {
+        self.shared.lock().chunks.contains_key(&index)
     }
 
     /// Chunk `index`, which the reader has just reached: the window grows when the reader went on

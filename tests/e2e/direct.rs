@@ -132,6 +132,96 @@ fn a_corrupted_chunk_file_is_never_served_it_is_refetched_and_counted() {
     assert_eq!(direct(&client).2, 3);
 }
 
+/// The lines of an strace output (`-f -yy`) that are calls named in `names`.
+fn traced_calls(trace: &std::path::Path, names: &[&str]) -> Vec<String> {
+    let text = std::fs::read_to_string(trace).unwrap();
+    text.lines()
+        .filter(|l| {
+            let call = l.split_whitespace().nth(1).and_then(|w| w.split('(').next());
+            call.is_some_and(|c| names.contains(&c))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// `memarts cat URL` under strace (`mlock` and the `pread`s), behind `wrapper` (a command line
+/// prefix); returns its output and the traced calls.
+fn traced_cat(fleet: &Fleet, url: &str, wrapper: &[&str]) -> (std::process::Output, std::path::PathBuf) {
+    let probe = std::process::Command::new("strace").arg("-V").output();
+    assert!(probe.is_ok_and(|o| o.status.success()), "this test needs strace (apt-get install strace)");
+    let trace = fleet.dir.path().join("cat.trace");
+    let cat = fleet.command(&["cat", url]);
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-qq", "-yy", "-e", "trace=mlock,pread64,preadv,preadv2", "-o"])
+        .arg(&trace)
+        .args(wrapper)
+        .arg(cat.get_program())
+        .args(cat.get_args())
+        .envs(cat.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap();
+    (out, trace)
+}
+
+/// `memarts cat` of a warm object writes each chunk from its file's mapping, checked and locked in
+/// memory, with no read of the data into a buffer (strace: one `mlock` per chunk, no `pread` of a
+/// chunk file); where memory cannot be locked it reads them into buffers instead; a damaged chunk
+/// file, or one cut short, is never written from: its chunk is refetched by its slot and the
+/// output is the object, byte for byte.
+#[test]
+fn memarts_cat_writes_warm_chunks_from_their_mappings_and_never_a_damaged_one() {
+    let bucket = moto().bucket("directcat");
+    let data = pattern(7150, 3 * MIB + 100);
+    moto().put(&bucket, "o", &data);
+    let url = format!("s3://{bucket}/o");
+    let fleet = Fleet::start(2, &[]);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB as u64);
+    assert!(client.read(&url).unwrap() == data);
+    fleet.wait_cached(4);
+    let chunks = chunks_dir(&fleet.cache_dir);
+    let chunk_reads = |trace: &std::path::Path| {
+        let reads = traced_calls(trace, &["pread64", "preadv", "preadv2"]);
+        reads.into_iter().filter(|l| l.contains(chunks.to_str().unwrap())).count()
+    };
+    let (out, trace) = traced_cat(&fleet, &url, &[]);
+    assert!(out.status.success(), "memarts cat: {}", text(&out.stderr));
+    assert!(out.stdout == data, "memarts cat: wrong bytes");
+    let locks = traced_calls(&trace, &["mlock"]);
+    assert_eq!(
+        locks.iter().filter(|l| l.ends_with("= 0")).count(),
+        4,
+        "one mapping locked per chunk: {locks:?}"
+    );
+    assert_eq!(chunk_reads(&trace), 0, "chunk data read into a buffer");
+    // No memory to lock (no CAP_IPC_LOCK, RLIMIT_MEMLOCK 0): the chunks are read into buffers.
+    let (out, trace) = traced_cat(
+        &fleet,
+        &url,
+        &["setpriv", "--bounding-set", "-ipc_lock", "prlimit", "--memlock=0:0", "--"],
+    );
+    assert!(out.status.success(), "memarts cat: {}", text(&out.stderr));
+    assert!(out.stdout == data, "memarts cat without mlock: wrong bytes");
+    assert!(traced_calls(&trace, &["mlock"]).iter().all(|l| !l.ends_with("= 0")), "a lock was taken");
+    assert!(chunk_reads(&trace) >= 4, "the chunks were not read into buffers");
+
+    // One byte of chunk 1's data flipped; chunk 2 cut short by a byte.
+    let file = chunk_file(&fleet, &client, &url, 1);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0x40;
+    std::fs::write(&file, &bytes).unwrap();
+    let short = chunk_file(&fleet, &client, &url, 2);
+    let len = std::fs::metadata(&short).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&short).unwrap().set_len(len - 1).unwrap();
+    let gets = moto().gets_settled(&bucket);
+    let out = fleet.memarts(&["cat", &url]);
+    assert!(out.status.success(), "memarts cat: {}", text(&out.stderr));
+    assert!(out.stdout == data, "memarts cat wrote bytes of a damaged chunk file");
+    assert_eq!(moto().gets_settled(&bucket), gets + 2, "each damaged chunk fetched again, once");
+    assert_eq!(fleet.total("corrupt_chunks"), 2, "and counted by its slot");
+}
+
 #[test]
 fn an_object_replaced_at_the_origin_is_never_mixed() {
     let bucket = moto().bucket("directversion");
