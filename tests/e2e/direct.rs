@@ -33,6 +33,34 @@ fn chunk_file(fleet: &Fleet, client: &Client, url: &str, index: u64) -> std::pat
     chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id))
 }
 
+/// An object of `len` bytes in a new bucket, read once through a fleet of 2 slots until all its
+/// chunks are cached: the bucket, the object, its URL, the fleet and its client.
+fn warm_object(bucket: &str, seed: u64, len: usize) -> (String, Vec<u8>, String, Fleet, Client) {
+    let bucket = moto().bucket(bucket);
+    let data = pattern(seed, len);
+    moto().put(&bucket, "o", &data);
+    let url = format!("s3://{bucket}/o");
+    let fleet = Fleet::start(2, &[]);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB as u64);
+    assert!(client.read(&url).unwrap() == data);
+    fleet.wait_cached(chunks_of(len));
+    (bucket, data, url, fleet, client)
+}
+
+/// One byte of a chunk file's data flipped in place (its header still says which chunk it is).
+fn flip_a_data_byte(file: &std::path::Path) {
+    let mut bytes = std::fs::read(file).unwrap();
+    let at = bytes.len() - 10;
+    bytes[at] ^= 0x40;
+    std::fs::write(file, &bytes).unwrap();
+}
+
+fn cut_short(file: &std::path::Path) {
+    let len = std::fs::metadata(file).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(file).unwrap().set_len(len - 1).unwrap();
+}
+
 #[test]
 fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted() {
     let bucket = moto().bucket("direct");
@@ -99,21 +127,8 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
 
 #[test]
 fn a_corrupted_chunk_file_is_never_served_it_is_refetched_and_counted() {
-    let bucket = moto().bucket("directcorrupt");
-    let data = pattern(7100, 2 * MIB + 100);
-    moto().put(&bucket, "o", &data);
-    let url = format!("s3://{bucket}/o");
-    let fleet = Fleet::start(2, &[]);
-    fleet.wait_index_ready();
-    let client = fleet.client(MIB as u64);
-    assert!(client.read(&url).unwrap() == data);
-    fleet.wait_cached(3);
-    // One byte of chunk 1's data flipped in place (the file's header still says it is chunk 1).
-    let file = chunk_file(&fleet, &client, &url, 1);
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.len() - 10;
-    bytes[at] ^= 0x40;
-    std::fs::write(&file, &bytes).unwrap();
+    let (bucket, data, url, fleet, client) = warm_object("directcorrupt", 7100, 2 * MIB + 100);
+    flip_a_data_byte(&chunk_file(&fleet, &client, &url, 1));
     let gets = moto().gets_settled(&bucket);
     assert!(client.read(&url).unwrap() == data, "the damaged byte was served");
     let (hits, _, corrupt) = direct(&client);
@@ -124,9 +139,7 @@ fn a_corrupted_chunk_file_is_never_served_it_is_refetched_and_counted() {
     assert!(client.read(&url).unwrap() == data);
     assert_eq!(direct(&client).0, 5);
     // A file cut short, and one holding another chunk's bytes, are refused the same way.
-    let short = chunk_file(&fleet, &client, &url, 0);
-    let len = std::fs::metadata(&short).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&short).unwrap().set_len(len - 1).unwrap();
+    cut_short(&chunk_file(&fleet, &client, &url, 0));
     std::fs::copy(chunk_file(&fleet, &client, &url, 2), chunk_file(&fleet, &client, &url, 1)).unwrap();
     assert!(client.read(&url).unwrap() == data);
     assert_eq!(direct(&client).2, 3);
@@ -170,15 +183,7 @@ fn traced_cat(fleet: &Fleet, url: &str, wrapper: &[&str]) -> (std::process::Outp
 /// output is the object, byte for byte.
 #[test]
 fn memarts_cat_writes_warm_chunks_from_their_mappings_and_never_a_damaged_one() {
-    let bucket = moto().bucket("directcat");
-    let data = pattern(7150, 3 * MIB + 100);
-    moto().put(&bucket, "o", &data);
-    let url = format!("s3://{bucket}/o");
-    let fleet = Fleet::start(2, &[]);
-    fleet.wait_index_ready();
-    let client = fleet.client(MIB as u64);
-    assert!(client.read(&url).unwrap() == data);
-    fleet.wait_cached(4);
+    let (bucket, data, url, fleet, client) = warm_object("directcat", 7150, 3 * MIB + 100);
     let chunks = chunks_dir(&fleet.cache_dir);
     let chunk_reads = |trace: &std::path::Path| {
         let reads = traced_calls(trace, &["pread64", "preadv", "preadv2"]);
@@ -206,14 +211,8 @@ fn memarts_cat_writes_warm_chunks_from_their_mappings_and_never_a_damaged_one() 
     assert!(chunk_reads(&trace) >= 4, "the chunks were not read into buffers");
 
     // One byte of chunk 1's data flipped; chunk 2 cut short by a byte.
-    let file = chunk_file(&fleet, &client, &url, 1);
-    let mut bytes = std::fs::read(&file).unwrap();
-    let at = bytes.len() - 10;
-    bytes[at] ^= 0x40;
-    std::fs::write(&file, &bytes).unwrap();
-    let short = chunk_file(&fleet, &client, &url, 2);
-    let len = std::fs::metadata(&short).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&short).unwrap().set_len(len - 1).unwrap();
+    flip_a_data_byte(&chunk_file(&fleet, &client, &url, 1));
+    cut_short(&chunk_file(&fleet, &client, &url, 2));
     let gets = moto().gets_settled(&bucket);
     let out = fleet.memarts(&["cat", &url]);
     assert!(out.status.success(), "memarts cat: {}", text(&out.stderr));
