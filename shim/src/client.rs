@@ -36,6 +36,8 @@ pub struct Client {
     slots: AtomicU32,
     /// This process's connections (a forked child drops the inherited ones and opens its own).
     pools: PerProcess<Pools>,
+    /// This process's connections for reporting direct reads (`touch.rs`).
+    touch_links: PerProcess<crate::touch::TouchLinks>,
     pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
     /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
@@ -109,6 +111,7 @@ impl Client {
             owner,
             slots: AtomicU32::new(slots),
             pools: PerProcess::new(),
+            touch_links: PerProcess::new(),
             prefetch_counters: Default::default(),
             prefetch_unsupported: Mutex::default(),
             prefetch_paused: Mutex::default(),
@@ -133,27 +136,16 @@ impl Client {
         self.direct.as_ref().map(|d| &d.counters)
     }
 
-    /// Reports direct reads to their slots (`Request::Touched`), best effort: a slot that cannot be
-    /// reached only loses the counts (its eviction sees those chunks as less recently read).
-    pub(crate) fn report_touches(&self, batches: Vec<(u32, Vec<memarts_protocol::Touch>)>) {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        for (slot, touches) in batches {
-            for part in touches.chunks(memarts_protocol::MAX_TOUCHES) {
-                let request = Request::Touched(part.to_vec());
-                let _ = self.with_slot(slot, deadline, |conn| {
-                    let reply = conn.call(&request)?;
-                    expect_answer!(reply.response, "Touched", Response::Touched { counted } => counted)
-                });
-            }
-        }
-    }
-
     fn pools(&self) -> PerProcessGuard<'_, Pools> {
         self.pools.lock()
     }
 
+    pub(crate) fn touch_links(&self) -> PerProcessGuard<'_, crate::touch::TouchLinks> {
+        self.touch_links.lock()
+    }
+
     /// A pooled connection to `slot` (true), else a new one (false).
-    fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
+    pub(crate) fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
         if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
             return Ok((conn, true));
         }
@@ -191,14 +183,12 @@ impl Client {
     }
 
     /// Reports every direct read not reported yet to its slot now (they go in batches otherwise: at
-    /// the latest 100 ms after a read, at the next read, or when the client goes), so that the
-    /// fleet's counters include this client's reads: before asking for them.
+    /// the latest 100 ms after a read, at the next read, or when the client goes), and waits until
+    /// the slots have counted them, so that the fleet's counters include this client's reads: before
+    /// asking for them.
     pub fn report_direct_reads(&self) {
         if let Some(direct) = &self.direct {
-            let rest = direct.take_touches();
-            if !rest.is_empty() {
-                self.report_touches(rest);
-            }
+            self.report_touches(direct.take_touches(), true);
         }
     }
 
@@ -207,7 +197,7 @@ impl Client {
         if let Some(direct) = &self.direct {
             let due = direct.due();
             if !due.is_empty() {
-                self.report_touches(due);
+                self.report_touches(due, false);
             }
         }
     }

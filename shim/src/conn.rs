@@ -64,11 +64,32 @@ impl Conn {
 
     /// [`Conn::call`] for a request that carries `payload` bytes after its message.
     pub fn call_with_payload(&mut self, request: &Request, payload: &[u8]) -> Result<Reply> {
+        self.send_with_payload(request, payload)?;
+        self.receive()
+    }
+
+    /// Sends a request without waiting for its response, which [`Conn::receive`] reads later
+    /// (responses come in the order of the requests).
+    pub fn send(&mut self, request: &Request) -> Result<()> {
+        self.send_with_payload(request, &[])
+    }
+
+    fn send_with_payload(&mut self, request: &Request, payload: &[u8]) -> Result<()> {
         let bytes = frame::encode(request, payload.len())?;
         self.stream.write_all(&bytes)?;
         if !payload.is_empty() {
             self.stream.write_all(payload)?;
         }
+        Ok(())
+    }
+
+    /// Whether a read would not block: a response (or the end of the connection) has arrived.
+    pub fn readable_now(&self) -> bool {
+        memarts_protocol::spin::readable_now(self.stream.as_raw_fd())
+    }
+
+    /// Reads the response head and message of the oldest request not answered yet.
+    pub fn receive(&mut self) -> Result<Reply> {
         let mut head = [0u8; FRAME_HEAD_LEN];
         let (filled, fds) = self.recv_head_with_fds(&mut head)?;
         frame::read_head_sync(&mut self.stream, &mut head, filled)?;

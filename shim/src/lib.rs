@@ -39,6 +39,7 @@ mod per_process;
 pub mod prefetch;
 mod read;
 pub mod stream;
+mod touch;
 pub mod trust;
 mod warm;
 mod write;

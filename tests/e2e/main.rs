@@ -14,6 +14,7 @@ mod consistency;
 mod crash_leftovers;
 mod credentials;
 mod direct;
+mod direct_reports;
 mod engine_fallback;
 mod fill;
 mod fork;

@@ -1,0 +1,76 @@
+//! The reports of direct reads (`Request::Touched`, `shim/src/touch.rs`): a reader never waits for a
+//! slot's answer, so a slot that stops answering does not hold direct reads up, and once it answers
+//! again the reads it is told of are counted.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::common::{moto, pattern, Fleet};
+
+const MIB: u64 = 1 << 20;
+
+/// Continues a stopped proxy when the test ends, whatever happens in it.
+struct Stopped(Pid);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGCONT);
+    }
+}
+
+#[test]
+fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_once_it_answers() {
+    let bucket = moto().bucket("reports");
+    let objects: Vec<(String, Vec<u8>)> =
+        (0..64u64).map(|i| (format!("s3://{bucket}/o{i:02}"), pattern(9100 + i, 8 << 10))).collect();
+    for (url, data) in &objects {
+        moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
+    }
+    let fleet = Fleet::start(2, &[]);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB);
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data, "{url} cold");
+    }
+    fleet.wait_cached(objects.len() as u64);
+    // A warm round, reported: both slots have a report connection now.
+    for (url, _) in &objects {
+        client.read(url).unwrap();
+    }
+    client.report_direct_reads();
+    let hits_before = client.direct_counters().unwrap().hits.load(Ordering::Relaxed);
+
+    // Slot 1 stops answering. The reads go on, and report to it every 256 reads or so: 20 reports,
+    // more than a slot may leave unanswered. A reader that waited for each answer (up to the 1 s
+    // a report may take) would need 20 s and more.
+    let stopped = Stopped(Pid::from_raw(fleet.pid(1)));
+    kill(stopped.0, Signal::SIGSTOP).unwrap();
+    let rounds = 80;
+    let started = Instant::now();
+    for round in 0..rounds {
+        for (url, data) in &objects {
+            assert!(client.read(url).unwrap() == *data, "{url}, round {round}, slot 1 stopped");
+        }
+    }
+    let took = started.elapsed();
+    let hits = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - hits_before;
+    assert_eq!(hits, rounds * objects.len() as u64, "every read served directly while slot 1 was stopped");
+    assert!(
+        took < Duration::from_secs(10),
+        "{} direct reads took {took:?} with a slot stopped: the reader waited for its answers",
+        hits
+    );
+
+    // Answering again: what is read from now on is counted, by both slots.
+    drop(stopped);
+    client.report_direct_reads();
+    let counted = fleet.total("hits");
+    for (url, _) in &objects {
+        client.read(url).unwrap();
+    }
+    client.report_direct_reads();
+    assert_eq!(fleet.total("hits") - counted, objects.len() as u64, "the slots counted every read reported");
+}
