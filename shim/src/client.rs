@@ -145,16 +145,21 @@ impl Client {
     }
 
     /// A pooled connection to `slot` (true), else a new one (false).
-    pub(crate) fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
+    fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
         if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
             return Ok((conn, true));
         }
+        Ok((self.connect(slot, timeout)?, false))
+    }
+
+    /// A new connection to `slot`.
+    pub(crate) fn connect(&self, slot: u32, timeout: Duration) -> Result<Conn> {
         let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)?;
         if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
             // The fleet restarted with another size: route by the new one from now on.
             self.slots.store(conn.welcome.slots, Ordering::Relaxed);
         }
-        Ok((conn, false))
+        Ok(conn)
     }
 
     /// Re-reads the fleet size from `fleet.json`; the new size if it changed.

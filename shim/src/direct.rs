@@ -152,8 +152,9 @@ impl Direct {
         })
     }
 
-    /// `slot`'s table, mapped once and mapped again when the slot replaced it (looked for again at
-    /// most every [`RECHECK_TABLE`]).
+    /// `slot`'s table, mapped once and mapped again when the slot replaced it: at once when the slot
+    /// marked the old one superseded (it grew, or the slot started again), else at the next look
+    /// (at most every [`RECHECK_TABLE`]: a slot of an older build, or one that died first).
     fn table(&self, slot: u32) -> Option<Arc<TableFile>> {
         let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
         let index = slot as usize;
@@ -161,7 +162,10 @@ impl Direct {
             tables.resize_with(index + 1, || None);
         }
         let entry = &mut tables[index];
-        if let Some(m) = entry.as_ref().filter(|m| m.checked.elapsed() < RECHECK_TABLE) {
+        let fresh = |m: &&Mapped| {
+            m.checked.elapsed() < RECHECK_TABLE && !m.table.as_ref().is_some_and(|t| t.table().superseded())
+        };
+        if let Some(m) = entry.as_ref().filter(fresh) {
             return m.table.clone();
         }
         let path = meta_table_path(&self.run_dir, slot);
@@ -395,3 +399,7 @@ fn check(file: &File, identity: &[u8], dst: &mut Room) -> Found {
     }
     Found::Served
 }
+
+#[cfg(test)]
+#[path = "direct_tests.rs"]
+mod tests;

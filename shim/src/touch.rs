@@ -132,8 +132,9 @@ impl Client {
         }
     }
 
+    /// A new connection (not a pooled one, which may be from before the slot restarted).
     fn open_link(&self, slot: u32) -> Result<TouchLink> {
-        let (conn, _pooled) = self.checkout(slot, REPORT_TIMEOUT)?;
+        let conn = self.connect(slot, REPORT_TIMEOUT)?;
         conn.set_timeout(REPORT_TIMEOUT)?;
         Ok(TouchLink { conn, unanswered: 0 })
     }

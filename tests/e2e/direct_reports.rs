@@ -1,6 +1,6 @@
 //! The reports of direct reads (`Request::Touched`, `shim/src/touch.rs`): a reader never waits for a
 //! slot's answer, so a slot that stops answering does not hold direct reads up, and once it answers
-//! again the reads it is told of are counted.
+//! again (or the fleet started again) the reads it is told of are counted.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -73,4 +73,23 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     }
     client.report_direct_reads();
     assert_eq!(fleet.total("hits") - counted, objects.len() as u64, "the slots counted every read reported");
+
+    // The fleet starts again under the same client: its report connections are dead, new ones
+    // carry the counts.
+    let _ = fleet.stop_proxy();
+    fleet.start_proxy(2);
+    fleet.wait_index_ready();
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data, "{url} after the restart");
+    }
+    client.report_direct_reads();
+    let (counted, direct_before) =
+        (fleet.total("hits"), client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
+    for (url, _) in &objects {
+        client.read(url).unwrap();
+    }
+    client.report_direct_reads();
+    let direct = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - direct_before;
+    assert_eq!(direct, objects.len() as u64, "read directly after the restart");
+    assert_eq!(fleet.total("hits") - counted, direct, "the restarted slots counted every read reported");
 }

@@ -40,6 +40,17 @@ impl TableFile {
         made
     }
 
+    /// The table at `path` mapped for writing, for its slot only: the one a slot that starts again
+    /// is about to replace, to mark it superseded ([`MetaTable::mark_superseded`]) once the new
+    /// one is in place.
+    pub fn open_writable(path: &Path) -> io::Result<TableFile> {
+        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let map = MmapOptions::new().map_raw(&file)?;
+        let table = TableFile { map, identity: identity(&file)? };
+        MetaTable::open(table.words()).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        Ok(table)
+    }
+
     /// The table at `path`, mapped read-only; an error if it is not one.
     pub fn open(path: &Path) -> io::Result<TableFile> {
         let file = File::open(path)?;
@@ -54,7 +65,8 @@ impl TableFile {
         // length is rounded down to whole words. AtomicU64 has the layout of u64. Every access to
         // these words, in this process and in the others that map the file, is an atomic one (the
         // table's code does nothing else), so sharing them is no data race. A read-only mapping is
-        // only ever loaded from: `MetaTable` stores only through a table made by `create`, and a u64
+        // only ever loaded from: `MetaTable` stores only through a table made by `create` or
+        // `open_writable`, and a u64
         // atomic load is a plain load on the 64-bit targets memarts builds for.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8) }
     }

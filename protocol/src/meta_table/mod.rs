@@ -19,7 +19,8 @@
 //! 1         layout version = 1
 //! 2         capacity: entries, a power of two
 //! 3         ttl_ms: how long an entry is trusted after its verification
-//! 4..8      reserved, 0
+//! 4         superseded: 1 once the slot put a newer table in this one's place (it grew), else 0
+//! 5..8      reserved, 0
 //! 8 + 16i   entry i, 16 words:
 //!   +0        seq: 0 never written; odd while being written; even once written
 //!   +1, +2    key: the URL's 128-bit hash (low, high); both 0 for an entry withdrawn
@@ -52,6 +53,9 @@ pub const PROBES: usize = 8;
 /// Longest ETag an entry holds; objects with longer ETags are not published (their reads take the
 /// proxy, as before).
 pub const MAX_ETAG: usize = 64;
+
+/// Header word set once a newer table replaced this one.
+const SUPERSEDED: usize = 4;
 
 const SEQ: usize = 0;
 const KEY_LO: usize = 1;
@@ -161,6 +165,18 @@ impl<'a> MetaTable<'a> {
     /// How long an entry is trusted after its verification (the fleet's metadata TTL).
     pub fn ttl_ms(&self) -> u64 {
         self.ttl_ms
+    }
+
+    /// Tells the readers that a newer table is in this one's place (its writer publishes there
+    /// from now on), so that they map it at once rather than at their next periodic look.
+    pub fn mark_superseded(&self) {
+        self.words[SUPERSEDED].store(1, Ordering::Release);
+    }
+
+    /// Whether the writer put a newer table in this one's place ([`MetaTable::mark_superseded`]).
+    /// A table of an older writer never says so; its readers find a new one by looking again.
+    pub fn superseded(&self) -> bool {
+        self.words[SUPERSEDED].load(Ordering::Acquire) != 0
     }
 
     fn entry(&self, place: usize) -> &'a [AtomicU64] {

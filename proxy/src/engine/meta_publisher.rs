@@ -3,8 +3,8 @@
 //!
 //! The table grows with what it holds: it starts small, and once half full (or once an entry had
 //! to displace another) it is made again at twice the size from the cache's fresh entries, and
-//! renamed over the old one (shims map the new file at their next look, and the old mapping stays
-//! valid meanwhile). Entries land at random places, so a table much larger than its contents would
+//! renamed over the old one, which is then marked superseded (shims map the new file at their next
+//! read, and the old mapping stays valid meanwhile). Entries land at random places, so a table much larger than its contents would
 //! touch a page of memory per object; this keeps it near 256 bytes per object.
 
 use std::io;
@@ -29,7 +29,13 @@ pub struct Publisher {
 impl Publisher {
     /// A new, empty table at `path`, replacing any older one.
     pub fn create(path: PathBuf, ttl_ms: u64) -> io::Result<Publisher> {
+        // The table of the slot's last run, if any: once this one is in its place, the shims
+        // still mapping it are told so and map this one at their next read.
+        let older = TableFile::open_writable(&path).ok();
         let file = TableFile::create(&path, FIRST_ENTRIES, ttl_ms)?;
+        if let Some(older) = older {
+            older.table().mark_superseded();
+        }
         Ok(Publisher { path, file, ttl_ms, held: 0 })
     }
 
@@ -72,6 +78,8 @@ impl Publisher {
         for (url, meta, verified_ms) in entries {
             self.publish(url, meta, verified_ms);
         }
+        // Filled: the shims that still map the old table move to this one at their next read.
+        old_file.table().mark_superseded();
         tracing::debug!(
             from = old_file.table().capacity(),
             to = self.capacity(),
@@ -97,6 +105,7 @@ mod tests {
         let path = dir.path().join("meta-0.table");
         let mut p = Publisher::create(path.clone(), 60_000).unwrap();
         assert_eq!(p.capacity(), FIRST_ENTRIES);
+        let first = TableFile::open(&path).unwrap();
         let urls: Vec<String> = (0..FIRST_ENTRIES as u64).map(|i| format!("s3://b/{i}")).collect();
         let metas: Vec<ObjectMeta> = (0..FIRST_ENTRIES as u64).map(meta).collect();
         let mut grew = 0;
@@ -108,11 +117,18 @@ mod tests {
         }
         assert!(grew >= 1 && p.capacity() >= 2 * FIRST_ENTRIES, "grew {grew} times to {}", p.capacity());
         let reader = TableFile::open(&path).unwrap();
+        assert!(first.table().superseded(), "a reader of the first table is told a newer one is in place");
+        assert!(!reader.table().superseded());
         for (url, m) in urls.iter().zip(&metas) {
             let found = reader.table().lookup(url_key(url)).unwrap_or_else(|| panic!("{url} lost"));
             assert_eq!((found.size, found.etag.as_str()), (m.size, m.etag.as_deref().unwrap()));
         }
         p.withdraw(&urls[0]);
         assert_eq!(reader.table().lookup(url_key(&urls[0])), None);
+        // The slot starts again: its new table takes the place of this one, which says so.
+        drop(p);
+        let _again = Publisher::create(path.clone(), 60_000).unwrap();
+        assert!(reader.table().superseded(), "the last run's table is marked when a new run replaces it");
+        assert!(!TableFile::open(&path).unwrap().table().superseded());
     }
 }
