@@ -153,8 +153,9 @@ impl Direct {
     }
 
     /// `slot`'s table, mapped once and mapped again when the slot replaced it: at once when the slot
-    /// marked the old one superseded (it grew, or the slot started again), else at the next look
-    /// (at most every [`RECHECK_TABLE`]: a slot of an older build, or one that died first).
+    /// marked the old one superseded (it grew, or a slot started over a table it left), else at the
+    /// next look (at most every [`RECHECK_TABLE`]: a slot that started again after `memarts` removed
+    /// the table of its last run, or one of an older build).
     fn table(&self, slot: u32) -> Option<Arc<TableFile>> {
         let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
         let index = slot as usize;

@@ -29,7 +29,8 @@ pub struct Publisher {
 impl Publisher {
     /// A new, empty table at `path`, replacing any older one.
     pub fn create(path: PathBuf, ttl_ms: u64) -> io::Result<Publisher> {
-        // The table of the slot's last run, if any: once this one is in its place, the shims
+        // The table of the slot's last run, if still there (`memarts` removes a gone slot's table,
+        // a slot started by other means may find it): once this one is in its place, the shims
         // still mapping it are told so and map this one at their next read.
         let older = TableFile::open_writable(&path).ok();
         let file = TableFile::create(&path, FIRST_ENTRIES, ttl_ms)?;
