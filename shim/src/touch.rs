@@ -54,6 +54,17 @@ enum Link {
     Down(Instant),
 }
 
+impl TouchLinks {
+    /// `slot`'s place, made if it was not there yet.
+    fn slot(&mut self, slot: u32) -> &mut Link {
+        let index = slot as usize;
+        if self.per_slot.len() <= index {
+            self.per_slot.resize_with(index + 1, Link::default);
+        }
+        &mut self.per_slot[index]
+    }
+}
+
 impl TouchLink {
     fn read_answer(&mut self) -> Result<()> {
         let reply = self.conn.receive()?;
@@ -104,19 +115,17 @@ impl Client {
     /// Sends one report to `slot` on its report connection, opening one (or, when the slot
     /// restarted or closed an idle one, a fresh one) as needed.
     fn send_touches(&self, slot: u32, request: &Request) {
-        let Some(link) = self.take_link(slot) else { return };
-        let sent = match link {
-            Some(mut link) => link.send(request).map(|_| link),
-            None => Err(Error::Unavailable("no report connection yet".into())),
+        let link = match self.take_link(slot) {
+            Link::Down(_) => return,
+            Link::Open(mut link) => match link.send(request) {
+                Ok(_) => Ok(link),
+                Err(_) => self.open_and_send(slot, request),
+            },
+            Link::None => self.open_and_send(slot, request),
         };
-        let link = sent.or_else(|_| {
-            let mut link = self.open_link(slot)?;
-            link.send(request)?;
-            Ok::<_, Error>(link)
-        });
         match link {
             Ok(link) => self.put_link(slot, link),
-            Err(_) => self.set_link(slot, Link::Down(Instant::now() + RETRY_AFTER)),
+            Err(_) => *self.touch_links().slot(slot) = Link::Down(Instant::now() + RETRY_AFTER),
         }
     }
 
@@ -124,7 +133,7 @@ impl Client {
     pub(crate) fn settle_touches(&self) {
         let slots = self.touch_links().per_slot.len() as u32;
         for slot in 0..slots {
-            if let Some(Some(mut link)) = self.take_link(slot) {
+            if let Link::Open(mut link) = self.take_link(slot) {
                 if link.settle().is_ok() {
                     self.put_link(slot, link);
                 }
@@ -132,36 +141,29 @@ impl Client {
         }
     }
 
-    /// A new connection (not a pooled one, which may be from before the slot restarted).
-    fn open_link(&self, slot: u32) -> Result<TouchLink> {
+    /// `request` sent on a new report connection to `slot` (not a pooled connection, which may be
+    /// from before the slot restarted).
+    fn open_and_send(&self, slot: u32, request: &Request) -> Result<TouchLink> {
         let conn = self.connect(slot, REPORT_TIMEOUT)?;
         conn.set_timeout(REPORT_TIMEOUT)?;
-        Ok(TouchLink { conn, unanswered: 0 })
+        let mut link = TouchLink { conn, unanswered: 0 };
+        link.send(request)?;
+        Ok(link)
     }
 
-    /// `slot`'s report connection, taken for this thread's use (`Some(None)`: none open), or `None`
-    /// while the slot is down.
-    fn take_link(&self, slot: u32) -> Option<Option<TouchLink>> {
+    /// `slot`'s report connection, taken for this thread's use: `Open`, `None` (none open), or
+    /// `Down` while the slot gets no reports (which stays in place).
+    fn take_link(&self, slot: u32) -> Link {
         let mut links = self.touch_links();
-        let Some(link) = links.per_slot.get_mut(slot as usize) else { return Some(None) };
+        let link = links.slot(slot);
         match std::mem::take(link) {
-            Link::Open(open) => Some(Some(open)),
-            Link::None => Some(None),
-            Link::Down(until) if Instant::now() >= until => Some(None),
-            down @ Link::Down(_) => {
-                *link = down;
-                None
+            Link::Down(until) if Instant::now() < until => {
+                *link = Link::Down(until);
+                Link::Down(until)
             }
+            Link::Down(_) => Link::None,
+            other => other,
         }
-    }
-
-    fn set_link(&self, slot: u32, state: Link) {
-        let mut links = self.touch_links();
-        let index = slot as usize;
-        if links.per_slot.len() <= index {
-            links.per_slot.resize_with(index + 1, Link::default);
-        }
-        links.per_slot[index] = state;
     }
 
     /// Keeps `link` as `slot`'s report connection; if another thread put one there meanwhile, this
@@ -169,14 +171,11 @@ impl Client {
     fn put_link(&self, slot: u32, link: TouchLink) {
         let spare = {
             let mut links = self.touch_links();
-            let index = slot as usize;
-            if links.per_slot.len() <= index {
-                links.per_slot.resize_with(index + 1, Link::default);
-            }
-            match links.per_slot[index] {
+            let place = links.slot(slot);
+            match place {
                 Link::Open(_) => Some(link),
                 _ => {
-                    links.per_slot[index] = Link::Open(link);
+                    *place = Link::Open(link);
                     None
                 }
             }

@@ -66,8 +66,8 @@ impl TableFile {
         // these words, in this process and in the others that map the file, is an atomic one (the
         // table's code does nothing else), so sharing them is no data race. A read-only mapping is
         // only ever loaded from: `MetaTable` stores only through a table made by `create` or
-        // `open_writable`, and a u64
-        // atomic load is a plain load on the 64-bit targets memarts builds for.
+        // `open_writable`, and a u64 atomic load is a plain load on the 64-bit targets memarts
+        // builds for.
         unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), self.map.len() / 8) }
     }
 

@@ -19,7 +19,7 @@
 //! 1         layout version = 1
 //! 2         capacity: entries, a power of two
 //! 3         ttl_ms: how long an entry is trusted after its verification
-//! 4         superseded: 1 once the slot put a newer table in this one's place (it grew), else 0
+//! 4         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 5..8      reserved, 0
 //! 8 + 16i   entry i, 16 words:
 //!   +0        seq: 0 never written; odd while being written; even once written

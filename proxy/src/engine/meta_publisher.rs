@@ -4,8 +4,9 @@
 //! The table grows with what it holds: it starts small, and once half full (or once an entry had
 //! to displace another) it is made again at twice the size from the cache's fresh entries, and
 //! renamed over the old one, which is then marked superseded (shims map the new file at their next
-//! read, and the old mapping stays valid meanwhile). Entries land at random places, so a table much larger than its contents would
-//! touch a page of memory per object; this keeps it near 256 bytes per object.
+//! read, and the old mapping stays valid meanwhile). Entries land at random places, so a table
+//! much larger than its contents would touch a page of memory per object; this keeps it near 256
+//! bytes per object.
 
 use std::io;
 use std::path::PathBuf;
