@@ -19,3 +19,9 @@ pub fn fleet_file(run_dir: &Path) -> PathBuf {
 pub fn meta_table_path(run_dir: &Path, slot: u32) -> PathBuf {
     run_dir.join(format!("meta-{slot}.table"))
 }
+
+/// The pin table `slot` publishes for direct hits: `<run dir>/pins-<slot>.table`
+/// (`crate::pin_table`).
+pub fn pin_table_path(run_dir: &Path, slot: u32) -> PathBuf {
+    run_dir.join(format!("pins-{slot}.table"))
+}

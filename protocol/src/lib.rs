@@ -27,6 +27,9 @@ pub mod message;
 pub mod meta_table;
 pub mod metrics;
 pub mod peer;
+pub mod pin_table;
+mod seqlock;
+mod shared_file;
 pub mod spin;
 
 pub use checksum::{crc32c, Crc32c};

@@ -84,6 +84,12 @@ pub struct FleetConfig {
     /// wait their turn. A number or a string such as `"1GiB"`.
     #[serde(deserialize_with = "de_size")]
     pub memory_budget: Option<u64>,
+    /// Bytes of chunks the fleet may hold locked in memory for direct reads, which then skip the
+    /// CRC32C of what they read (pinned chunks, checked once when pinned); `None`: a sixteenth
+    /// of the machine's memory; 0: none. Each slot takes its share, within its `RLIMIT_MEMLOCK`
+    /// unless it runs as root. A number or a string such as `"2GiB"`.
+    #[serde(deserialize_with = "de_size")]
+    pub pin_memory: Option<u64>,
     pub origin: OriginConfig,
     /// The cluster this node's fleet is part of (`--cluster FILE --node ID`, `MEMARTS_CLUSTER`,
     /// `MEMARTS_NODE_ID`, or a `[cluster]` table); `None`: a single node, as without the pool.
@@ -164,6 +170,7 @@ impl Default for FleetConfig {
             drain_timeout_secs: 10.0,
             spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
             memory_budget: None,
+            pin_memory: None,
             origin: OriginConfig::default(),
             cluster: None,
             prefetch: PrefetchConfig::default(),
@@ -190,6 +197,9 @@ impl FleetConfig {
         set(&mut self.origin_log, &env.origin_log);
         if let Some(kind) = env.io_engine {
             self.io_engine = kind.to_string();
+        }
+        if let Some(bytes) = env.pin_memory {
+            self.pin_memory = Some(bytes);
         }
         if let Some(policy) = env.eviction {
             self.eviction = policy.to_string();

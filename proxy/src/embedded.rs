@@ -41,6 +41,8 @@ impl Embedded {
         cfg.slots = 1;
         // A worker's own engine is no member of the node's cluster (only fleets are).
         cfg.cluster = None;
+        // Every worker may run an engine of its own: none locks memory unless told to.
+        cfg.pin_memory = Some(cfg.pin_memory.unwrap_or(0));
         remove_leftovers(base);
         let run_dir = new_private_dir(base)
             .map_err(|source| StartError::PrivateRunDir { path: base.join(PREFIX), source })?;

@@ -112,6 +112,19 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Engine) {
     let path = memarts_protocol::layout::meta_table_path(&cfg.run_dir, slot);
     if let Err(e) = engine.publish_metadata(path.clone()) {
         tracing::warn!("no direct hits: cannot create {}: {e}", path.display());
+        return;
+    }
+    let fleet = cfg.pin_memory.unwrap_or_else(engine::pins::default_fleet_budget);
+    let budget = engine::pins::slot_budget(fleet, cfg.slots);
+    if budget == 0 {
+        return;
+    }
+    let path = memarts_protocol::layout::pin_table_path(&cfg.run_dir, slot);
+    if let Err(e) = engine.publish_pins(&path, budget) {
+        tracing::warn!(
+            "no pinned chunks (direct reads check every byte): cannot create {}: {e}",
+            path.display()
+        );
     }
 }
 

@@ -82,6 +82,7 @@ vars! {
     "MEMARTS_CACHE_CAPACITY", Fleet, "bytes on disk the cache may use, e.g. 50GiB (default 80% of the free space)";
     "MEMARTS_ONLY_CAPACITY", Fleet, "bytes memarts-only objects may use, fleet-wide, e.g. 10GiB";
     "MEMARTS_IO_ENGINE", Fleet, "SSD I/O engine: auto, io_uring or pread (default auto)";
+    "MEMARTS_PIN_MEMORY", Fleet, "bytes of chunks read directly the fleet keeps locked in memory, checked once, e.g. 2GiB (default: a sixteenth of the memory; 0: none)";
     "MEMARTS_EVICTION", Fleet, "what a full cache keeps: tinylfu (default: chunks read more often win) or lru";
     "MOX_OBS_CLIENT_LOG", Fleet, "1: log every origin request to <run dir>/origin-<slot>.log (default 1)";
     "MEMARTS_CREDENTIALS_FILE", Fleet, "a JSON credentials file re-read as it rotates (the OSS connector's format)";
@@ -133,6 +134,7 @@ pub struct Settings {
     pub only_capacity: Option<u64>,
     pub io_engine: Option<EngineKind>,
     pub eviction: Option<Eviction>,
+    pub pin_memory: Option<u64>,
     pub origin_log: Option<bool>,
     pub credentials_file: Option<PathBuf>,
     pub log: Option<String>,
@@ -188,6 +190,7 @@ impl Settings {
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
             io_engine: env.opt("MEMARTS_IO_ENGINE", parse::engine)?,
             eviction: env.opt("MEMARTS_EVICTION", parse::eviction)?,
+            pin_memory: env.opt("MEMARTS_PIN_MEMORY", parse::size)?,
             origin_log: env.opt("MOX_OBS_CLIENT_LOG", parse::flag)?,
             credentials_file: env.opt("MEMARTS_CREDENTIALS_FILE", parse::path)?,
             log: env.opt("MEMARTS_LOG", parse::text)?,

@@ -39,8 +39,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use memarts_protocol::chunk_file::{chunks_dir, format, ChunkId};
-use memarts_protocol::layout::meta_table_path;
+use memarts_protocol::layout::{meta_table_path, pin_table_path};
 use memarts_protocol::meta_table::{url_key, TableFile};
+use memarts_protocol::pin_table::{Pin, PinFile, PinTable, Stamp};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
@@ -79,6 +80,9 @@ pub(crate) enum Found {
     Absent,
     /// A file that failed its checks: ask the slot to drop and refetch it.
     Corrupt,
+    /// Served from a chunk its slot held pinned all through the read: checked when it was pinned,
+    /// not again (reported to callers as `Served`).
+    Pinned,
 }
 
 /// What direct reads did in this process.
@@ -91,13 +95,73 @@ pub struct DirectCounters {
     pub fallbacks: AtomicU64,
     /// Chunk files that failed their checks: never served, refetched by their slot.
     pub corrupt: AtomicU64,
+    /// Of the hits, chunks their slot held pinned (locked in memory, checked when pinned) all
+    /// through the read, whose CRC32C was therefore not computed again.
+    pub pinned: AtomicU64,
 }
 
 /// A slot's table as last looked for: mapped, or not there (a fleet without tables: an older build,
 /// or a slot that could not make one), and when.
-struct Mapped {
-    table: Option<Arc<TableFile>>,
+struct Mapped<T> {
+    table: Option<Arc<T>>,
     checked: Instant,
+}
+
+/// A table file a slot publishes: its metadata, its pins.
+trait SlotTable: Sized {
+    fn open(path: &Path) -> io::Result<Self>;
+    fn superseded(&self) -> bool;
+    fn is_current(&self, path: &Path) -> bool;
+}
+
+impl SlotTable for TableFile {
+    fn open(path: &Path) -> io::Result<Self> {
+        TableFile::open(path)
+    }
+    fn superseded(&self) -> bool {
+        self.table().superseded()
+    }
+    fn is_current(&self, path: &Path) -> bool {
+        TableFile::is_current(self, path)
+    }
+}
+
+impl SlotTable for PinFile {
+    fn open(path: &Path) -> io::Result<Self> {
+        PinFile::open(path)
+    }
+    fn superseded(&self) -> bool {
+        self.table().superseded()
+    }
+    fn is_current(&self, path: &Path) -> bool {
+        PinFile::is_current(self, path)
+    }
+}
+
+/// `slot`'s table of kind `T` at `path`, from `tables` (mapped once and mapped again when the slot
+/// replaced it: see [`Direct::table`]).
+fn mapped<T: SlotTable>(
+    tables: &Mutex<Vec<Option<Mapped<T>>>>,
+    slot: u32,
+    path: impl FnOnce() -> PathBuf,
+) -> Option<Arc<T>> {
+    let mut tables = tables.lock().unwrap_or_else(|p| p.into_inner());
+    let index = slot as usize;
+    if tables.len() <= index {
+        tables.resize_with(index + 1, || None);
+    }
+    let entry = &mut tables[index];
+    let fresh = |m: &&Mapped<T>| {
+        m.checked.elapsed() < RECHECK_TABLE && !m.table.as_ref().is_some_and(|t| t.superseded())
+    };
+    if let Some(m) = entry.as_ref().filter(fresh) {
+        return m.table.clone();
+    }
+    let path = path();
+    let current = entry.as_ref().and_then(|m| m.table.clone()).filter(|t| t.is_current(&path));
+    let table = current.or_else(|| T::open(&path).ok().map(Arc::new));
+    *entry = Some(Mapped { table: table.clone(), checked: Instant::now() });
+    table
 }
 
 #[derive(Default)]
@@ -111,7 +175,8 @@ pub(crate) struct Direct {
     run_dir: PathBuf,
     chunks: PathBuf,
     chunks_dir: Mutex<Option<Arc<std::os::fd::OwnedFd>>>,
-    tables: Mutex<Vec<Option<Mapped>>>,
+    tables: Mutex<Vec<Option<Mapped<TableFile>>>>,
+    pins: Mutex<Vec<Option<Mapped<PinFile>>>>,
     /// This process's reads to report (a forked child's parent reports what it read before).
     pending: PerProcess<Pending>,
     /// Set when the pending reads are due to be reported.
@@ -146,6 +211,7 @@ impl Direct {
             chunks: chunks_dir(&facts.cache_dir),
             chunks_dir: Mutex::default(),
             tables: Mutex::default(),
+            pins: Mutex::default(),
             pending: PerProcess::new(),
             due: AtomicBool::new(false),
             counters: DirectCounters::default(),
@@ -157,23 +223,12 @@ impl Direct {
     /// next look (at most every [`RECHECK_TABLE`]: a slot that started again after `memarts` removed
     /// the table of its last run, or one of an older build).
     fn table(&self, slot: u32) -> Option<Arc<TableFile>> {
-        let mut tables = self.tables.lock().unwrap_or_else(|p| p.into_inner());
-        let index = slot as usize;
-        if tables.len() <= index {
-            tables.resize_with(index + 1, || None);
-        }
-        let entry = &mut tables[index];
-        let fresh = |m: &&Mapped| {
-            m.checked.elapsed() < RECHECK_TABLE && !m.table.as_ref().is_some_and(|t| t.table().superseded())
-        };
-        if let Some(m) = entry.as_ref().filter(fresh) {
-            return m.table.clone();
-        }
-        let path = meta_table_path(&self.run_dir, slot);
-        let current = entry.as_ref().and_then(|m| m.table.clone()).filter(|t| t.is_current(&path));
-        let table = current.or_else(|| TableFile::open(&path).ok().map(Arc::new));
-        *entry = Some(Mapped { table: table.clone(), checked: Instant::now() });
-        table
+        mapped(&self.tables, slot, || meta_table_path(&self.run_dir, slot))
+    }
+
+    /// `slot`'s pin table, mapped as its metadata table is.
+    fn pins(&self, slot: u32) -> Option<Arc<PinFile>> {
+        mapped(&self.pins, slot, || pin_table_path(&self.run_dir, slot))
     }
 
     /// The version of `url` (as the slots spell it) that `slot` (the owner of its chunk 0) published,
@@ -209,10 +264,17 @@ impl Direct {
         dst: &mut Room,
     ) -> Found {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
+        let pins = self.pins(slot);
+        let pin = pins.as_ref().and_then(|p| p.table().lookup(id).map(|pin| (p.table(), pin)));
         let found = match self.open(ChunkId(id)) {
-            Some(file) => check(&file, &identity, dst),
+            Some(file) => check(&file, &identity, dst, pin.as_ref()),
             None => Found::Absent,
         };
+        if found == Found::Pinned {
+            self.counters.pinned.fetch_add(1, Ordering::Relaxed);
+            self.count(Found::Served, slot, id, dst.len());
+            return Found::Served;
+        }
         self.count(found, slot, id, dst.len());
         found
     }
@@ -230,6 +292,7 @@ impl Direct {
             Found::Corrupt => {
                 self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
             }
+            Found::Pinned => unreachable!("counted as Served"),
         }
     }
 
@@ -350,8 +413,10 @@ fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {
 
 /// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
 /// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
-/// CRC32C. The header and the first piece of data come in one `preadv`.
-fn check(file: &File, identity: &[u8], dst: &mut Room) -> Found {
+/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `pin` (as
+/// found before the file was opened), the data's CRC32C is not computed if the pin held all
+/// through the read and the file read is the one pinned, unchanged ([`pinned_throughout`]).
+fn check(file: &File, identity: &[u8], dst: &mut Room, pin: Option<&(PinTable<'_>, Pin)>) -> Found {
     let data_offset = format::data_offset_for(identity.len());
     // The usual header fits one page: on the stack, not zeroed.
     let mut page = [std::mem::MaybeUninit::<u8>::uninit(); format::ALIGN as usize];
@@ -381,9 +446,11 @@ fn check(file: &File, identity: &[u8], dst: &mut Room) -> Found {
     {
         return Found::Corrupt;
     }
-    let mut crc = memarts_protocol::Crc32c::default();
-    // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
-    crc.update(unsafe { assume_filled(head) });
+    let mut crc = pin.is_none().then(memarts_protocol::Crc32c::default);
+    if let Some(crc) = crc.as_mut() {
+        // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
+        crc.update(unsafe { assume_filled(head) });
+    }
     let mut at = data_offset + first as u64;
     for piece in rest.chunks_mut(PIECE) {
         match pread_exact(file, piece, at) {
@@ -391,14 +458,30 @@ fn check(file: &File, identity: &[u8], dst: &mut Room) -> Found {
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
             Err(_) => return Found::Absent,
         }
-        // SAFETY: pread_exact returned Ok, so every byte of `piece` was written.
-        crc.update(unsafe { assume_filled(piece) });
+        if let Some(crc) = crc.as_mut() {
+            // SAFETY: pread_exact returned Ok, so every byte of `piece` was written.
+            crc.update(unsafe { assume_filled(piece) });
+        }
         at += piece.len() as u64;
     }
-    if crc.finish() != raw.data_crc32c {
+    let sum = match (crc, pin) {
+        (Some(crc), _) => crc.finish(),
+        (None, Some((table, pin))) if pinned_throughout(file, table, pin) => return Found::Pinned,
+        // SAFETY: every piece of `dst` was read into above (each read returned Ok).
+        (None, _) => memarts_protocol::crc32c(unsafe { assume_filled(dst) }),
+    };
+    if sum != raw.data_crc32c {
         return Found::Corrupt;
     }
     Found::Served
+}
+
+/// Whether the bytes just read from `file` came from pages its slot held locked and checked all
+/// through the read: the file is the one pinned, unchanged since (inode, size, mtime and ctime as
+/// noted: any write changes the last two), and the pin, found before the read, still holds (the
+/// slot withdraws an entry before it unlocks, and a dead slot's pins show as dead at once).
+fn pinned_throughout(file: &File, table: &PinTable<'_>, pin: &Pin) -> bool {
+    file.metadata().is_ok_and(|m| Stamp::of(&m) == pin.stamp) && table.held(pin)
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ mod memarts_only;
 mod mount;
 mod origin_errors;
 mod origin_faults;
+mod pinned;
 mod prefetch;
 mod protocol_abuse;
 mod reads;

@@ -35,7 +35,7 @@
 //! An entry lives in one of [`PROBES`] consecutive places from `key % capacity`; a writer takes the
 //! URL's own place, else a free one, else the least recently verified one of those places.
 
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 mod file;
 pub use file::TableFile;
@@ -57,7 +57,6 @@ pub const MAX_ETAG: usize = 64;
 /// Header word set once a newer table replaced this one.
 const SUPERSEDED: usize = 4;
 
-const SEQ: usize = 0;
 const KEY_LO: usize = 1;
 const KEY_HI: usize = 2;
 const SIZE: usize = 3;
@@ -238,7 +237,7 @@ impl<'a> MetaTable<'a> {
         for (i, b) in etag.iter().enumerate() {
             etag_words[i / 8] |= u64::from(*b) << (8 * (i % 8));
         }
-        write_entry(entry, |e| {
+        crate::seqlock::write(entry, |e| {
             e[KEY_LO].store(key as u64, Ordering::Relaxed);
             e[KEY_HI].store((key >> 64) as u64, Ordering::Relaxed);
             e[SIZE].store(published.size, Ordering::Relaxed);
@@ -258,7 +257,7 @@ impl<'a> MetaTable<'a> {
         let mut found = false;
         for entry in self.places(key) {
             if key_of(entry) == key {
-                write_entry(entry, |e| {
+                crate::seqlock::write(entry, |e| {
                     e[KEY_LO].store(0, Ordering::Relaxed);
                     e[KEY_HI].store(0, Ordering::Relaxed);
                 });
@@ -275,16 +274,6 @@ fn key_of(entry: &[AtomicU64]) -> u128 {
         | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
 }
 
-/// Writes an entry under its sequence number: odd while the fields change, even again after.
-fn write_entry(entry: &[AtomicU64], fields: impl FnOnce(&[AtomicU64])) {
-    let seq = entry[SEQ].load(Ordering::Relaxed);
-    let seq = seq + (seq & 1); // a writer that died mid-write left it odd: take it from there
-    entry[SEQ].store(seq + 1, Ordering::Relaxed);
-    fence(Ordering::Release);
-    fields(entry);
-    entry[SEQ].store(seq + 2, Ordering::Release);
-}
-
 enum Slot {
     Never,
     Holds(u128, Published),
@@ -292,39 +281,30 @@ enum Slot {
 
 /// A consistent copy of an entry; `None` when a writer kept changing it (the caller asks the proxy).
 fn read_entry(entry: &[AtomicU64]) -> Option<Slot> {
-    for _ in 0..16 {
-        let before = entry[SEQ].load(Ordering::Acquire);
-        if before == 0 {
-            return Some(Slot::Never);
-        }
-        if before & 1 == 1 {
-            std::hint::spin_loop();
-            continue;
-        }
+    let copy = crate::seqlock::read(entry, |entry| {
         let key = u128::from(entry[KEY_LO].load(Ordering::Relaxed))
             | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64;
-        let size = entry[SIZE].load(Ordering::Relaxed);
-        let verified_ms = entry[VERIFIED].load(Ordering::Relaxed);
-        let len = entry[ETAG_LEN].load(Ordering::Relaxed);
-        let last_modified_ms = entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64;
         let mut etag = [0u8; MAX_ETAG];
         for (i, w) in entry[ETAG..ETAG + ETAG_WORDS].iter().enumerate() {
             etag[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
-        fence(Ordering::Acquire);
-        if entry[SEQ].load(Ordering::Relaxed) != before {
-            continue;
-        }
-        // A consistent copy; what it holds is checked as any input is.
-        let Some(etag) = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok()) else {
-            return Some(Slot::Holds(0, Published::default()));
-        };
-        return Some(Slot::Holds(
-            key,
-            Published { size, etag: etag.to_string(), last_modified_ms, verified_ms },
-        ));
-    }
-    None
+        let fields = (
+            entry[SIZE].load(Ordering::Relaxed),
+            entry[VERIFIED].load(Ordering::Relaxed),
+            entry[ETAG_LEN].load(Ordering::Relaxed),
+            entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64,
+        );
+        (key, etag, fields)
+    })?;
+    let (key, etag, (size, verified_ms, len, last_modified_ms)) = match copy {
+        crate::seqlock::Read::Never => return Some(Slot::Never),
+        crate::seqlock::Read::Holds(copy, _) => copy,
+    };
+    // A consistent copy; what it holds is checked as any input is.
+    let Some(etag) = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok()) else {
+        return Some(Slot::Holds(0, Published::default()));
+    };
+    Some(Slot::Holds(key, Published { size, etag: etag.to_string(), last_modified_ms, verified_ms }))
 }
 
 #[cfg(test)]

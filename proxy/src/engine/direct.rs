@@ -5,6 +5,9 @@
 //! eviction see those reads as the hits they were: what is read stays, what is not goes.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use memarts_protocol::chunk_file::ChunkId;
 
 use memarts_protocol::Touch;
 
@@ -16,21 +19,49 @@ impl Engine {
         self.meta.publish_at(path)
     }
 
+    /// Pins chunks read directly from now on, at most `budget` bytes of them, publishing them in a
+    /// table at `path` (`pins.rs`). Once per engine.
+    pub fn publish_pins(&self, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
+        let pins = super::pins::Pins::create(path, budget)?;
+        self.pins.set(Arc::new(pins)).map_err(|_| std::io::Error::other("pins are set up already"))
+    }
+
+    /// Bytes pinned now and the slot's pin budget (0 and 0 without pins).
+    pub fn pin_usage(&self) -> (u64, u64) {
+        self.pins.get().map_or((0, 0), |p| p.usage())
+    }
+
+    /// Lets go of chunk `id`'s pin, if it has one (it is being evicted or dropped).
+    pub(super) fn release_pin(&self, id: u128) {
+        if let Some(pins) = self.pins.get() {
+            pins.release(id);
+        }
+    }
+
     /// Counts chunks a client read directly as hits, for the counters and the eviction policy, as
     /// [`Engine::read_chunk`] counts a hit it serves. A chunk the slot no longer holds (evicted
     /// while the reader had its file open, or not indexed yet after a start) is not counted: its
     /// file is gone or will be found by the rebuild. Returns how many were counted.
     pub fn touched(&self, touches: &[Touch]) -> u32 {
         let mut counted = 0;
+        let mut read = Vec::new();
         for t in touches {
             if !self.index().touch(t.id) {
                 continue;
             }
+            read.push(t.id);
             self.count_read(t.id, ReadBy::Client);
             self.stats.hits.fetch_add(1, Ordering::Relaxed);
             self.stats.direct_hits.fetch_add(1, Ordering::Relaxed);
             self.stats.bytes_from_cache.fetch_add(t.len, Ordering::Relaxed);
             counted += 1;
+        }
+        if let Some(pins) = self.pins.get() {
+            let new = pins.read(&read);
+            if !new.is_empty() {
+                let store = Arc::clone(&self.store);
+                super::pins::spawn_pinning(pins, new, move |id| store.path_of(ChunkId(id)));
+            }
         }
         counted
     }

@@ -46,6 +46,7 @@ mod metadata;
 mod metrics;
 mod open_chunks;
 mod peers;
+pub(crate) mod pins;
 mod prefetch;
 mod rebuild;
 mod recency;
@@ -208,6 +209,8 @@ pub struct Engine {
     prefetcher: Arc<Prefetcher>,
     /// Prefetched chunks the cache would not keep, waiting for their reads (`staging.rs`).
     staged: staging::Staging,
+    /// Chunks read directly, locked in memory and checked once (`pins.rs`), once set up.
+    pins: std::sync::OnceLock<Arc<pins::Pins>>,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
@@ -246,6 +249,7 @@ impl Engine {
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
             staged: staging::Staging::default(),
+            pins: std::sync::OnceLock::new(),
         })
     }
 

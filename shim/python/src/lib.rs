@@ -313,8 +313,9 @@ impl Client {
     /// `prefetch_queued`, `prefetch_inflight`, `prefetch_limit` (objects the slots may fetch at once
     /// now), and this client's `prefetch_unsupported`; and this client's direct reads (warm chunks
     /// read straight from their files, no request to a proxy): `direct_hits`, `direct_bytes`,
-    /// `direct_fallbacks` (looked for directly, read through a proxy) and `direct_corrupt` (files
-    /// that failed their checks: never served, refetched by their slot).
+    /// `direct_fallbacks` (looked for directly, read through a proxy), `direct_corrupt` (files
+    /// that failed their checks: never served, refetched by their slot) and `direct_pinned` (hits on
+    /// chunks their slot held locked in memory and checked when pinned: no CRC32C computed again).
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
         // This process's direct reads first, so that the slots' counters include them.
         let statuses = py.detach(|| {
@@ -367,6 +368,7 @@ impl Client {
             ("direct_bytes", direct.map(|d| load(&d.bytes))),
             ("direct_fallbacks", direct.map(|d| load(&d.fallbacks))),
             ("direct_corrupt", direct.map(|d| load(&d.corrupt))),
+            ("direct_pinned", direct.map(|d| load(&d.pinned))),
         ] {
             sums.insert(name, v.unwrap_or(0));
         }

@@ -1,0 +1,434 @@
+//! The chunks a proxy slot holds locked in memory, checked, for the shims of its fleet's uid (pinned
+//! chunks).
+//!
+//! A direct read checks every byte it reads against the chunk's CRC32C, because a page of a chunk
+//! file may have been dropped from the page cache and read again from the disk since it was last
+//! checked, and a disk can return other bytes than it was given. A pinned chunk cannot: its slot
+//! mapped its file, locked the mapping in memory (`mlock`: those pages are never dropped, so never
+//! read again from the disk), checked the data there against its CRC32C, and noted here the file's
+//! inode, size and times as they were when it checked. A shim that finds a chunk here reads it as
+//! usual and then skips the CRC32C if, after its read,
+//! - the file it read has the noted inode, size, mtime and ctime: it is the file checked, and
+//!   nothing wrote to it since (any write changes its mtime and ctime);
+//! - the entry is as it was before the read: the slot did not let go of the pin meanwhile (it
+//!   withdraws the entry before it unlocks anything);
+//! - the slot is alive: its pins die with it (the kernel unlocks a dead process's memory), and
+//!   the table says so at once, with no help from the slot ([`OwnerLock`]).
+//!
+//! Otherwise the shim checks the CRC32C as for any other chunk.
+//!
+//! One file per slot (`<run dir>/pins-<slot>.table`, 0600), mapped shared; the slot is its only
+//! writer. Entries are seqlocked as in `meta_table` (crate::seqlock).
+//!
+//! Layout (words of 8 bytes in the machine's byte order: the table never leaves its machine):
+//!
+//! ```text
+//! word      field
+//! 0         magic b"MAPINTB1"
+//! 1         layout version = 1
+//! 2         capacity: entries, a power of two
+//! 3         superseded: 1 once the slot put a newer table in this one's place, else 0
+//! 4..8      reserved, 0
+//! 8..16     the owner lock: a process-shared robust mutex (glibc's pthread_mutex_t) the slot holds
+//!           for as long as it lives; its first 4 bytes are the futex word: the holder's thread id,
+//!           with FUTEX_OWNER_DIED (0x4000_0000) set by the kernel when the holder exits
+//! 16 + 8i   entry i, 8 words:
+//!   +0        seq: 0 never written; odd while being written; even once written
+//!   +1, +2    chunk id (low, high); both 0 for an entry withdrawn
+//!   +3        the file's inode
+//!   +4        the file's size in bytes
+//!   +5        its mtime, ns since the Unix epoch
+//!   +6        its ctime, ns since the Unix epoch
+//!   +7        reserved, 0
+//! ```
+
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::seqlock;
+use crate::shared_file::SharedWords;
+
+/// Word 0 of every pin table.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"MAPINTB1");
+/// The layout this code reads and writes.
+pub const VERSION: u64 = 1;
+/// Words before the first entry.
+pub const HEADER_WORDS: usize = 16;
+/// Words per entry.
+pub const ENTRY_WORDS: usize = 8;
+/// Places an entry may occupy, from its home place on.
+pub const PROBES: usize = 8;
+
+const SUPERSEDED: usize = 3;
+const OWNER: usize = 8;
+const OWNER_WORDS: usize = 8;
+const ID_LO: usize = 1;
+const ID_HI: usize = 2;
+const INO: usize = 3;
+const SIZE: usize = 4;
+const MTIME: usize = 5;
+const CTIME: usize = 6;
+
+/// The kernel's mark on a robust futex whose holder exited (`linux/futex.h`).
+const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+/// The holder's thread id in a robust futex word.
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// Bytes of a table of `capacity` entries.
+pub fn table_len(capacity: usize) -> usize {
+    (HEADER_WORDS + capacity * ENTRY_WORDS) * 8
+}
+
+/// What identifies a chunk file as it was when its slot checked it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stamp {
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Stamp {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec()),
+            ctime_ns: meta.ctime().saturating_mul(1_000_000_000).saturating_add(meta.ctime_nsec()),
+        }
+    }
+}
+
+/// A pin as a reader found it: the file it vouches for, and where and at what sequence number the
+/// entry was, to tell afterwards whether it held throughout ([`PinTable::held`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub stamp: Stamp,
+    place: usize,
+    seq: u64,
+}
+
+/// Why words cannot be used as a pin table.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PinTableError {
+    #[error("not a pin table (bad magic or layout version)")]
+    NotATable,
+    #[error("the pin table's capacity {0} is not a power of two that fits its file")]
+    BadCapacity(u64),
+}
+
+/// A pin table over mapped words (see the module docs). Reading is safe from any number of threads
+/// and processes; [`PinTable::pin`] and [`PinTable::unpin`] need a single writer at a time.
+pub struct PinTable<'a> {
+    words: &'a [AtomicU64],
+    capacity: usize,
+}
+
+impl<'a> PinTable<'a> {
+    /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
+    /// to a power of two. The owner lock is left for [`PinFile::create`] to set up.
+    pub fn init(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
+        let fit = words.len().saturating_sub(HEADER_WORDS) / ENTRY_WORDS;
+        if fit == 0 {
+            return Err(PinTableError::BadCapacity(0));
+        }
+        let capacity = 1usize << fit.ilog2();
+        words[1].store(VERSION, Ordering::Relaxed);
+        words[2].store(capacity as u64, Ordering::Relaxed);
+        // The magic last: a reader that sees it sees the rest of the header.
+        words[0].store(MAGIC, Ordering::Release);
+        Ok(PinTable { words, capacity })
+    }
+
+    /// Opens the table in `words`, checking its header.
+    pub fn open(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
+        if words.len() < HEADER_WORDS
+            || words[0].load(Ordering::Acquire) != MAGIC
+            || words[1].load(Ordering::Relaxed) != VERSION
+        {
+            return Err(PinTableError::NotATable);
+        }
+        let capacity = words[2].load(Ordering::Relaxed);
+        let fits = usize::try_from(capacity)
+            .ok()
+            .and_then(|c| c.checked_mul(ENTRY_WORDS))
+            .and_then(|w| w.checked_add(HEADER_WORDS))
+            .is_some_and(|w| w <= words.len());
+        if !capacity.is_power_of_two() || !fits {
+            return Err(PinTableError::BadCapacity(capacity));
+        }
+        Ok(PinTable { words, capacity: capacity as usize })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Whether the slot that writes this table is alive: its owner lock is held, by a thread that
+    /// has not exited. A table whose lock was never taken (a slot that could not, or not yet) has no
+    /// living owner either.
+    pub fn owner_alive(&self) -> bool {
+        let word = self.words[OWNER].load(Ordering::Acquire);
+        // The futex word is the first 4 bytes of the lock.
+        let futex = if cfg!(target_endian = "little") { word as u32 } else { (word >> 32) as u32 };
+        futex & FUTEX_TID_MASK != 0 && futex & FUTEX_OWNER_DIED == 0
+    }
+
+    /// Tells the readers that a newer table is in this one's place.
+    pub fn mark_superseded(&self) {
+        self.words[SUPERSEDED].store(1, Ordering::Release);
+    }
+
+    pub fn superseded(&self) -> bool {
+        self.words[SUPERSEDED].load(Ordering::Acquire) != 0
+    }
+
+    fn entry(&self, place: usize) -> &'a [AtomicU64] {
+        let start = HEADER_WORDS + (place & (self.capacity - 1)) * ENTRY_WORDS;
+        &self.words[start..start + ENTRY_WORDS]
+    }
+
+    fn places(&self, id: u128) -> impl Iterator<Item = usize> + '_ {
+        let home = id as usize;
+        (0..PROBES.min(self.capacity)).map(move |i| home.wrapping_add(i) & (self.capacity - 1))
+    }
+
+    /// The pin of chunk `id`, if its slot holds one (alive or not: see [`PinTable::held`]).
+    pub fn lookup(&self, id: u128) -> Option<Pin> {
+        if id == 0 {
+            return None;
+        }
+        for place in self.places(id) {
+            let read = seqlock::read(self.entry(place), |e| {
+                let id = u128::from(e[ID_LO].load(Ordering::Relaxed))
+                    | u128::from(e[ID_HI].load(Ordering::Relaxed)) << 64;
+                let stamp = Stamp {
+                    ino: e[INO].load(Ordering::Relaxed),
+                    size: e[SIZE].load(Ordering::Relaxed),
+                    mtime_ns: e[MTIME].load(Ordering::Relaxed) as i64,
+                    ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
+                };
+                (id, stamp)
+            })?;
+            match read {
+                seqlock::Read::Never => return None,
+                seqlock::Read::Holds((found, stamp), seq) if found == id => {
+                    return Some(Pin { stamp, place, seq });
+                }
+                seqlock::Read::Holds(..) => {}
+            }
+        }
+        None
+    }
+
+    /// Whether `pin` still holds: its entry unchanged since it was found, and its slot alive. A
+    /// read made between finding a pin and this answer being true read pages that were locked in
+    /// memory all along.
+    pub fn held(&self, pin: &Pin) -> bool {
+        seqlock::unchanged(self.entry(pin.place), pin.seq) && self.owner_alive()
+    }
+
+    /// Every chunk pinned now and its file's stamp (a scan of the whole table: for tests and tools).
+    pub fn pinned(&self) -> Vec<(u128, Stamp)> {
+        let ids: Vec<u128> =
+            (0..self.capacity).map(|place| self.id_at(place)).filter(|&id| id != 0).collect();
+        ids.into_iter().filter_map(|id| self.lookup(id).map(|pin| (id, pin.stamp))).collect()
+    }
+
+    fn id_at(&self, place: usize) -> u128 {
+        let e = self.entry(place);
+        u128::from(e[ID_LO].load(Ordering::Relaxed)) | u128::from(e[ID_HI].load(Ordering::Relaxed)) << 64
+    }
+
+    /// Notes chunk `id` as pinned, its file as `stamp` says; false when every place it may take is
+    /// another's (it is not pinned). Single writer.
+    pub fn pin(&self, id: u128, stamp: Stamp) -> bool {
+        if id == 0 {
+            return false;
+        }
+        let mut free = None;
+        for place in self.places(id) {
+            match self.id_at(place) {
+                found if found == id => {
+                    free = Some(place);
+                    break;
+                }
+                0 => {
+                    free.get_or_insert(place);
+                }
+                _ => {}
+            }
+        }
+        let Some(place) = free else { return false };
+        seqlock::write(self.entry(place), |e| {
+            e[ID_LO].store(id as u64, Ordering::Relaxed);
+            e[ID_HI].store((id >> 64) as u64, Ordering::Relaxed);
+            e[INO].store(stamp.ino, Ordering::Relaxed);
+            e[SIZE].store(stamp.size, Ordering::Relaxed);
+            e[MTIME].store(stamp.mtime_ns as u64, Ordering::Relaxed);
+            e[CTIME].store(stamp.ctime_ns as u64, Ordering::Relaxed);
+        });
+        true
+    }
+
+    /// Withdraws the pin of chunk `id`: from now on no reader skips its check. Call it before the
+    /// pages are unlocked. Single writer.
+    pub fn unpin(&self, id: u128) -> bool {
+        let mut found = false;
+        for place in self.places(id) {
+            if id != 0 && self.id_at(place) == id {
+                seqlock::write(self.entry(place), |e| {
+                    e[ID_LO].store(0, Ordering::Relaxed);
+                    e[ID_HI].store(0, Ordering::Relaxed);
+                });
+                found = true;
+            }
+        }
+        found
+    }
+}
+
+/// A pin table in its file (`crate::shared_file`).
+pub struct PinFile {
+    words: Arc<SharedWords>,
+}
+
+impl PinFile {
+    /// A new, empty table of `capacity` entries (rounded down to a power of two) at `path`, 0600,
+    /// replacing any older one, with its owner lock set up (not held: [`PinFile::hold_owner_lock`]).
+    pub fn create(path: &Path, capacity: usize) -> io::Result<PinFile> {
+        let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {
+            PinTable::init(w).map_err(io::Error::other)?;
+            owner_lock::init(&w[OWNER..OWNER + OWNER_WORDS])
+        })?;
+        Ok(PinFile { words: Arc::new(words) })
+    }
+
+    /// The table at `path` mapped for writing, for its slot only (to mark it superseded).
+    pub fn open_writable(path: &Path) -> io::Result<PinFile> {
+        let words = SharedWords::open(path, true, |w| PinTable::open(w).is_ok())?;
+        Ok(PinFile { words: Arc::new(words) })
+    }
+
+    /// The table at `path`, mapped read-only; an error if it is not one.
+    pub fn open(path: &Path) -> io::Result<PinFile> {
+        let words = SharedWords::open(path, false, |w| PinTable::open(w).is_ok())?;
+        Ok(PinFile { words: Arc::new(words) })
+    }
+
+    pub fn table(&self) -> PinTable<'_> {
+        PinTable::open(self.words.words()).expect("checked when mapped")
+    }
+
+    pub fn is_current(&self, path: &Path) -> bool {
+        self.words.is_current(path)
+    }
+
+    /// Takes the owner lock of a table this process created, on a thread of its own that holds it
+    /// until the lock is dropped (the table's pins then die, as they do when the process exits).
+    pub fn hold_owner_lock(&self) -> io::Result<OwnerLock> {
+        owner_lock::hold(Arc::clone(&self.words), OWNER)
+    }
+}
+
+pub use owner_lock::OwnerLock;
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod owner_lock {
+    use std::io;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{mpsc, Arc};
+
+    use crate::shared_file::SharedWords;
+
+    const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= super::OWNER_WORDS * 8);
+
+    /// The owner lock held by its own thread; dropping it ends the thread without unlocking, so
+    /// the kernel marks the lock's owner dead, as when the process exits.
+    pub struct OwnerLock {
+        _stop: mpsc::Sender<()>,
+    }
+
+    fn errno(rc: libc::c_int) -> io::Result<()> {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::from_raw_os_error(rc))
+        }
+    }
+
+    /// Sets up a process-shared robust mutex in `words` (all zero, in a new file).
+    pub fn init(words: &[AtomicU64]) -> io::Result<()> {
+        let mutex = words.as_ptr() as *mut libc::pthread_mutex_t;
+        // SAFETY: `words` is at least as large as a pthread_mutex_t and 8-aligned (asserted above
+        // and by the table layout); it is in a shared file mapping made writable by `create`, not
+        // yet visible to any reader (the file is renamed into place afterwards). The attribute
+        // lives on the stack for the calls and is destroyed after.
+        unsafe {
+            let mut attr = std::mem::MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+            errno(libc::pthread_mutexattr_init(attr.as_mut_ptr()))?;
+            let set =
+                errno(libc::pthread_mutexattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED))
+                    .and_then(|()| {
+                        errno(libc::pthread_mutexattr_setrobust(
+                            attr.as_mut_ptr(),
+                            libc::PTHREAD_MUTEX_ROBUST,
+                        ))
+                    })
+                    .and_then(|()| errno(libc::pthread_mutex_init(mutex, attr.as_ptr())));
+            libc::pthread_mutexattr_destroy(attr.as_mut_ptr());
+            set
+        }
+    }
+
+    pub fn hold(words: Arc<SharedWords>, at: usize) -> io::Result<OwnerLock> {
+        let (locked_tx, locked_rx) = mpsc::channel();
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        std::thread::Builder::new().name("memarts-pin-owner".into()).spawn(move || {
+            let mutex = words.words()[at..].as_ptr() as *mut libc::pthread_mutex_t;
+            // SAFETY: the mutex was set up by `init` in this mapping, which `words` keeps alive for
+            // as long as this thread runs; glibc's robust-mutex code is its only user.
+            let rc = unsafe { libc::pthread_mutex_lock(mutex) };
+            let rc = if rc == libc::EOWNERDEAD {
+                // SAFETY: as above; this thread now holds the mutex.
+                unsafe { libc::pthread_mutex_consistent(mutex) }
+            } else {
+                rc
+            };
+            let _ = locked_tx.send(rc);
+            if rc == 0 {
+                // Held until the lock is dropped (or the process exits); never unlocked.
+                let _ = stop_rx.recv();
+            }
+        })?;
+        let rc = locked_rx.recv().map_err(|_| io::Error::other("the pin owner thread died"))?;
+        errno(rc)?;
+        Ok(OwnerLock { _stop: stop_tx })
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+mod owner_lock {
+    use std::io;
+    use std::sync::atomic::AtomicU64;
+    use std::sync::Arc;
+
+    use crate::shared_file::SharedWords;
+
+    pub struct OwnerLock;
+
+    pub fn init(_: &[AtomicU64]) -> io::Result<()> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "pinned chunks need glibc's robust mutexes"))
+    }
+
+    pub fn hold(_: Arc<SharedWords>, _: usize) -> io::Result<OwnerLock> {
+        Err(io::Error::new(io::ErrorKind::Unsupported, "pinned chunks need glibc's robust mutexes"))
+    }
+}
+
+#[cfg(test)]
+#[path = "pin_table_tests.rs"]
+mod tests;

@@ -1,0 +1,73 @@
+use super::*;
+
+fn stamp(n: u64) -> Stamp {
+    Stamp { ino: n, size: 4096 + n, mtime_ns: 1_700_000_000_000_000_000 + n as i64, ctime_ns: 7 + n as i64 }
+}
+
+#[test]
+fn a_pin_is_found_until_it_is_withdrawn_and_holds_only_while_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pins-0.table");
+    let file = PinFile::create(&path, 100).unwrap();
+    let table = file.table();
+    assert_eq!(table.capacity(), 64);
+    let _owner = file.hold_owner_lock().unwrap();
+    let reader = PinFile::open(&path).unwrap();
+    let (a, b) = (0x1234_u128 << 64 | 5, 0x99_u128 << 64 | 6);
+    assert_eq!(reader.table().lookup(a), None);
+    assert!(table.pin(a, stamp(1)) && table.pin(b, stamp(2)));
+    let pin = reader.table().lookup(a).unwrap();
+    assert_eq!(pin.stamp, stamp(1));
+    assert!(reader.table().held(&pin));
+    // Pinned again (the same chunk, its file checked again): an earlier find no longer holds.
+    assert!(table.pin(a, stamp(3)));
+    assert!(!reader.table().held(&pin));
+    let pin = reader.table().lookup(a).unwrap();
+    assert_eq!(pin.stamp, stamp(3));
+    assert!(table.unpin(a) && !table.unpin(a));
+    assert!(!reader.table().held(&pin), "withdrawn while a reader read");
+    assert_eq!(reader.table().lookup(a), None);
+    assert_eq!(reader.table().lookup(b).unwrap().stamp, stamp(2));
+    assert!(!table.pin(0, stamp(4)) && table.lookup(0).is_none(), "id 0 marks a free place");
+}
+
+#[test]
+fn pins_die_with_their_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pins-1.table");
+    let file = PinFile::create(&path, 16).unwrap();
+    let reader = PinFile::open(&path).unwrap();
+    assert!(file.table().pin(9, stamp(9)));
+    let pin = reader.table().lookup(9).unwrap();
+    assert!(!reader.table().held(&pin), "a lock never taken has no living owner");
+    let owner = file.hold_owner_lock().unwrap();
+    assert!(reader.table().owner_alive() && reader.table().held(&pin));
+    // The holder thread exits without unlocking, as every thread of a killed slot does: the
+    // kernel marks the lock, with nothing done by the slot.
+    drop(owner);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while reader.table().owner_alive() {
+        assert!(std::time::Instant::now() < deadline, "the owner's death never showed");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert!(!reader.table().held(&pin));
+    // A slot that starts again over the same table takes the lock over.
+    let again = PinFile::open_writable(&path).unwrap();
+    let _owner = again.hold_owner_lock().unwrap();
+    assert!(reader.table().owner_alive());
+}
+
+#[test]
+fn a_full_neighbourhood_refuses_a_pin() {
+    let words: Vec<AtomicU64> = (0..table_len(8) / 8).map(|_| AtomicU64::new(0)).collect();
+    let table = PinTable::init(&words).unwrap();
+    for i in 1..=8u128 {
+        assert!(table.pin(i << 64 | 1, stamp(i as u64)));
+    }
+    assert!(!table.pin(9 << 64 | 1, stamp(9)));
+    assert!(table.unpin(3 << 64 | 1));
+    assert!(table.pin(9 << 64 | 1, stamp(9)));
+    assert_eq!(PinTable::open(&words[..4]).err(), Some(PinTableError::NotATable));
+    words[2].store(3, Ordering::Relaxed);
+    assert_eq!(PinTable::open(&words).err(), Some(PinTableError::BadCapacity(3)));
+}

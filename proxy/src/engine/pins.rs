@@ -1,0 +1,287 @@
+//! Pinned chunks: chunks that shims read directly, held locked in memory and checked once, so that
+//! their readers need not check them again (`memarts_protocol::pin_table` says why that is sound).
+//!
+//! The slot pins what it hears was read (`Request::Touched`), within its share of the pin budget
+//! (`pin_memory`), on a blocking thread, one batch at a time: it maps the chunk file, locks the
+//! mapping (`mlock`, read again into large folios: see `map_checked`), checks the header (the chunk's own) and the data (its CRC32C) in the locked
+//! pages, and publishes the file's stamp only if the file did not change meanwhile and its name
+//! still names it. When the budget is full, a CLOCK sweep finds a pin not read since the hand last
+//! passed it; a pin still read stays, and a chunk that finds none within a few steps is not pinned
+//! (so a dataset larger than the budget does not churn pins at every read). A pin goes when its
+//! chunk is evicted or dropped as corrupt: the table entry first, then the pages.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use memarts_protocol::chunk_file::{format, ChunkKey};
+use memarts_protocol::pin_table::{OwnerLock, PinFile, Stamp};
+
+/// A file changed this recently is not pinned yet: a write in the same tick of the kernel's coarse
+/// clock could leave its times as they were.
+const SETTLED: Duration = Duration::from_millis(100);
+
+/// CLOCK steps one pin may take looking for room before it gives up.
+const SWEEP: usize = 8;
+
+/// Pin table entries per byte of budget: one per 32 KiB pinned (chunks are at least 4 KiB, most
+/// far larger), at least 1024.
+const BYTES_PER_ENTRY: u64 = 32 << 10;
+
+struct Held {
+    /// The locked mapping: the pages stay in memory while it lives.
+    _map: memmap2::Mmap,
+    bytes: u64,
+    /// Read since the CLOCK hand last passed.
+    referenced: bool,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<u128, Held>,
+    /// CLOCK order; may name chunks no longer held (skipped).
+    ring: VecDeque<u128>,
+    used: u64,
+}
+
+/// Counters of pins, for `memarts status` and the metrics.
+#[derive(Default)]
+pub struct PinStats {
+    pub pinned: AtomicU64,
+    pub released: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+pub(crate) struct Pins {
+    file: PinFile,
+    _owner: OwnerLock,
+    budget: u64,
+    state: Mutex<State>,
+    /// A batch is being pinned.
+    busy: AtomicBool,
+    /// Memory cannot be locked (`RLIMIT_MEMLOCK`): no more pins are tried.
+    refused: AtomicBool,
+    pub stats: PinStats,
+}
+
+impl Pins {
+    /// A new pin table at `path` holding at most `budget` bytes, its owner lock taken; an older
+    /// table there is marked superseded once the new one is in place.
+    pub fn create(path: &Path, budget: u64) -> std::io::Result<Pins> {
+        let older = PinFile::open_writable(path).ok();
+        let entries = (budget / BYTES_PER_ENTRY).clamp(1024, 1 << 22) as usize;
+        let file = PinFile::create(path, entries.next_power_of_two())?;
+        let owner = file.hold_owner_lock()?;
+        if let Some(older) = older {
+            older.table().mark_superseded();
+        }
+        Ok(Pins {
+            file,
+            _owner: owner,
+            budget,
+            state: Mutex::default(),
+            busy: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
+            stats: PinStats::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes pinned now, and the budget.
+    pub fn usage(&self) -> (u64, u64) {
+        (self.state().used, self.budget)
+    }
+
+    /// Notes reads of `ids`; returns those not pinned yet, to pin (none while a batch is being
+    /// pinned, or once memory cannot be locked: the next reads ask again).
+    pub fn read(&self, ids: &[u128]) -> Vec<u128> {
+        if self.refused.load(Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut state = self.state();
+        let mut new = Vec::new();
+        for id in ids {
+            match state.held.get_mut(id) {
+                Some(h) => h.referenced = true,
+                None => new.push(*id),
+            }
+        }
+        drop(state);
+        if new.is_empty() || self.busy.swap(true, Ordering::Acquire) {
+            return Vec::new();
+        }
+        new
+    }
+
+    /// Pins what [`Pins::read`] returned (`path_of` names a chunk's file). Blocking: on a blocking
+    /// thread.
+    pub fn pin_all(&self, ids: Vec<u128>, path_of: impl Fn(u128) -> PathBuf) {
+        for id in ids {
+            if self.refused.load(Ordering::Relaxed) {
+                break;
+            }
+            self.pin(id, &path_of(id));
+        }
+        self.busy.store(false, Ordering::Release);
+    }
+
+    fn pin(&self, id: u128, path: &Path) {
+        let Ok(file) = File::options().read(true).custom_flags(libc::O_NOATIME | libc::O_NONBLOCK).open(path)
+        else {
+            return; // evicted meanwhile, or not ours to open with O_NOATIME: not pinned
+        };
+        let Ok(meta) = file.metadata() else { return };
+        let stamp = Stamp::of(&meta);
+        let settled = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).is_ok_and(|now| {
+            now.as_nanos() as i128 - i128::from(stamp.ctime_ns) >= SETTLED.as_nanos() as i128
+        });
+        if !meta.is_file() || !settled {
+            return;
+        }
+        let bytes = format::round_up(meta.len());
+        if !self.make_room(bytes) {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(map) = self.map_checked(&file, id) else { return };
+        if file.metadata().map(|m| Stamp::of(&m)).ok() != Some(stamp) {
+            return; // changed while it was checked
+        }
+        let mut state = self.state();
+        // Under the lock that `release` takes: an eviction either came before (the name no longer
+        // names this file, so it is not pinned) or comes after (and finds the pin).
+        let current =
+            std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == stamp.ino && m.dev() == meta.dev());
+        if !current || state.held.contains_key(&id) || !self.file.table().pin(id, stamp) {
+            return;
+        }
+        state.held.insert(id, Held { _map: map, bytes, referenced: false });
+        state.ring.push_back(id);
+        state.used += bytes;
+        self.stats.pinned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The chunk file mapped whole, locked, and checked in the locked pages: a header naming chunk
+    /// `id`, data of the length it says matching its CRC32C.
+    ///
+    /// The pages are read again from the disk first, into large folios: a file's pages that were
+    /// read from the disk (after a restart, or once memory pressure dropped them) are 4 KiB pages,
+    /// and copying a file out of those costs 15-20% more than out of the folios of up to 128 KiB
+    /// that a write or a fault in a huge-page mapping (`MADV_HUGEPAGE`) makes. Once per pin; pages
+    /// another process maps or locks stay as they are.
+    fn map_checked(&self, file: &File, id: u128) -> Option<memmap2::Mmap> {
+        use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
+        let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
+        // SAFETY: chunk files are written whole to a temp file and renamed into place; nothing
+        // writes to or truncates a published one (an eviction unlinks it, which the mapping
+        // outlives). The map is only read through `&[u8]`, and only to check it.
+        let map = unsafe { memmap2::Mmap::map(file) }.ok()?;
+        let _ = map.advise(memmap2::Advice::HugePage);
+        if let Err(e) = map.lock() {
+            if !self.refused.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "pinned chunks off: cannot lock memory ({e}); raise RLIMIT_MEMLOCK (ulimit -l) or grant \
+                     CAP_IPC_LOCK for direct reads that skip their CRC32C"
+                );
+            }
+            return None;
+        }
+        let raw = format::decode_raw(&map).ok()?;
+        let key = ChunkKey::decode_identity(raw.identity)?;
+        let start = usize::try_from(raw.data_offset).ok()?;
+        let end = start.checked_add(usize::try_from(raw.data_len).ok()?)?;
+        let data = map.get(start..end)?;
+        (key.id().0 == id && memarts_protocol::crc32c(data) == raw.data_crc32c).then_some(map)
+    }
+
+    /// Frees pins until `bytes` more fit, by CLOCK; false when it found no pin to give way within
+    /// [`SWEEP`] steps.
+    fn make_room(&self, bytes: u64) -> bool {
+        if bytes > self.budget {
+            return false;
+        }
+        let mut state = self.state();
+        let mut steps = 0;
+        while state.used + bytes > self.budget {
+            let Some(id) = state.ring.pop_front() else { return false };
+            let Some(held) = state.held.get_mut(&id) else { continue };
+            if held.referenced && steps < SWEEP {
+                held.referenced = false;
+                state.ring.push_back(id);
+                steps += 1;
+                continue;
+            }
+            if held.referenced {
+                state.ring.push_front(id);
+                return false;
+            }
+            self.unpin(&mut state, id);
+        }
+        true
+    }
+
+    fn unpin(&self, state: &mut State, id: u128) {
+        // The entry first: no reader skips its check from now on; then the pages.
+        self.file.table().unpin(id);
+        if let Some(held) = state.held.remove(&id) {
+            state.used -= held.bytes;
+            self.stats.released.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Lets go of chunk `id`'s pin, if any (it is being evicted or dropped).
+    pub fn release(&self, id: u128) {
+        let mut state = self.state();
+        if state.held.contains_key(&id) {
+            self.unpin(&mut state, id);
+        }
+    }
+}
+
+/// The default pin budget of a fleet: a sixteenth of the machine's memory.
+pub(crate) fn default_fleet_budget() -> u64 {
+    // SAFETY: sysconf only reads system configuration.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    if pages <= 0 || page <= 0 {
+        return 0;
+    }
+    (pages as u64).saturating_mul(page as u64) / 16
+}
+
+/// A slot's share of `fleet` bytes, within what this process may lock (`RLIMIT_MEMLOCK`, unless it
+/// runs as root, which may lock any amount).
+pub(crate) fn slot_budget(fleet: u64, slots: u32) -> u64 {
+    let share = fleet / u64::from(slots.max(1));
+    if nix::unistd::geteuid().is_root() {
+        return share;
+    }
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes the limit into `limit`, a valid rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) } != 0
+        || limit.rlim_cur == libc::RLIM_INFINITY
+    {
+        return share;
+    }
+    share.min(limit.rlim_cur)
+}
+
+/// Pins `ids` on the runtime's blocking pool (after [`Pins::read`] returned them).
+pub(crate) fn spawn_pinning(
+    pins: &Arc<Pins>,
+    ids: Vec<u128>,
+    path_of: impl Fn(u128) -> PathBuf + Send + 'static,
+) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        pins.busy.store(false, Ordering::Release);
+        return;
+    };
+    let pins = Arc::clone(pins);
+    runtime.spawn_blocking(move || pins.pin_all(ids, path_of));
+}

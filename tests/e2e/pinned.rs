@@ -1,0 +1,183 @@
+//! Pinned chunks (issue 17): chunks read directly are locked in memory by their slot and checked
+//! there once, and their direct readers skip the CRC32C only while that holds: a pin held all
+//! through the read, of the very file read, unchanged. Anything else (a file written to in place, a
+//! slot that died, pins turned off) is read and checked as any chunk, and never served wrong.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use memarts_protocol::chunk_file::{chunk_path, chunks_dir, ChunkId};
+use memarts_protocol::layout::pin_table_path;
+use memarts_protocol::ObjectUrl;
+use memarts_shim::Client;
+
+use crate::common::{moto, pattern, Fleet};
+
+const MIB: usize = 1 << 20;
+
+/// (hits, pinned hits, corrupt) of the client's direct reads.
+fn direct(client: &Client) -> (u64, u64, u64) {
+    let d = client.direct_counters().expect("direct reads are on for the fleet's own uid");
+    (d.hits.load(Ordering::Relaxed), d.pinned.load(Ordering::Relaxed), d.corrupt.load(Ordering::Relaxed))
+}
+
+/// `n` objects of `len` bytes in a new bucket, read once (cold) through a fleet of 2 slots started
+/// with `env`, and cached.
+fn warm(
+    bucket: &str,
+    n: usize,
+    len: usize,
+    env: &[(&str, &str)],
+) -> (String, Vec<(String, Vec<u8>)>, Fleet, Client) {
+    let bucket = moto().bucket(bucket);
+    let objects: Vec<(String, Vec<u8>)> =
+        (0..n).map(|i| (format!("s3://{bucket}/o{i}"), pattern(9100 + i as u64, len))).collect();
+    for (url, data) in &objects {
+        moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
+    }
+    let fleet = Fleet::start(2, env);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB as u64);
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data, "{url} cold");
+    }
+    fleet.wait_cached((n * len.div_ceil(MIB)) as u64);
+    (bucket, objects, fleet, client)
+}
+
+/// Reads every object (checking its bytes), reporting the reads to the slots, until a whole round
+/// is served from pins; panics after 20 s.
+fn read_until_pinned(client: &Client, objects: &[(String, Vec<u8>)]) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let before = direct(client).1;
+        for (url, data) in objects {
+            assert!(client.read(url).unwrap() == *data, "{url} warm");
+        }
+        let chunks: usize = objects.iter().map(|(_, d)| d.len().div_ceil(MIB)).sum();
+        if direct(client).1 - before == chunks as u64 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never pinned: {:?}", direct(client));
+        client.report_direct_reads();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn chunk_file(fleet: &Fleet, client: &Client, url: &str) -> std::path::PathBuf {
+    let etag = client.stat(url).unwrap().etag.unwrap();
+    let id = memarts_protocol::chunk_id(&ObjectUrl::parse(url).unwrap(), &etag, MIB as u64, 0);
+    chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id))
+}
+
+#[test]
+fn chunks_read_directly_get_pinned_and_their_reads_skip_the_crc_only_while_the_pin_holds() {
+    let (bucket, objects, fleet, client) = warm("pinned", 6, 300 << 10, &[]);
+    read_until_pinned(&client, &objects);
+    let gets = moto().gets_settled(&bucket);
+    let (hits, pinned, _) = direct(&client);
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data);
+    }
+    assert_eq!(direct(&client).0 - hits, 6, "direct hits");
+    assert_eq!(direct(&client).1 - pinned, 6, "all of them from pins");
+
+    // A pinned chunk's file written to in place: its stamp changed, so its reader checks it, finds
+    // it damaged, and the slot refetches it; the pin of the old bytes is no excuse.
+    let (url, data) = &objects[2];
+    let file = chunk_file(&fleet, &client, url);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() - 7;
+    bytes[at] ^= 0x10;
+    std::os::unix::fs::FileExt::write_all_at(
+        &std::fs::File::options().write(true).open(&file).unwrap(),
+        &bytes[at..=at],
+        at as u64,
+    )
+    .unwrap();
+    let (_, pinned, corrupt) = direct(&client);
+    assert!(client.read(url).unwrap() == *data, "the damaged byte was served");
+    assert_eq!(direct(&client).2 - corrupt, 1, "refused, counted");
+    assert_eq!(direct(&client).1, pinned, "not as a pinned hit");
+    assert_eq!(moto().gets_settled(&bucket), gets + 1, "fetched again, once");
+    assert_eq!(fleet.total("corrupt_chunks"), 1);
+
+    // The slots die (SIGKILL: nothing of theirs runs): the kernel unlocks their memory and marks
+    // their pins dead at once; reads stay direct (the metadata is still within its TTL) and are
+    // checked again, every one.
+    let (hits, pinned, _) = direct(&client);
+    for slot in 0..2 {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(fleet.pid(slot)),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+    }
+    for slot in 0..2 {
+        let table =
+            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while table.table().owner_alive() {
+            assert!(Instant::now() < deadline, "slot {slot}'s pins outlived it");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data);
+    }
+    let (now_hits, now_pinned, _) = direct(&client);
+    assert_eq!(now_hits - hits, 6, "still read directly");
+    assert_eq!(now_pinned, pinned, "none skipped its check");
+    fleet.recover(2);
+}
+
+#[test]
+fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
+    // A cache of 64 MiB that keeps every fetched chunk (LRU) and 34 objects of 3 MiB: every pass
+    // evicts what it pinned before.
+    let (_, objects, fleet, client) =
+        warm("pinevict", 4, 3 * MIB, &[("MEMARTS_CACHE_CAPACITY", "64MiB"), ("MEMARTS_EVICTION", "lru")]);
+    read_until_pinned(&client, &objects);
+    let bucket = moto().bucket("pinevict2");
+    let others: Vec<(String, Vec<u8>)> =
+        (0..30).map(|i| (format!("s3://{bucket}/p{i}"), pattern(9300 + i as u64, 3 * MIB))).collect();
+    for (url, data) in &others {
+        moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
+    }
+    for _ in 0..2 {
+        for (url, data) in others.iter().chain(&objects) {
+            assert!(client.read(url).unwrap() == *data);
+        }
+    }
+    assert!(fleet.total("evicted_chunks") > 40, "the passes evicted");
+    // The objects read last are cached (and pinned again); the pins of all the others went.
+    read_until_pinned(&client, &objects);
+    // Every pin left is of a chunk still cached, in the very file pinned.
+    let mut pins = 0;
+    for slot in 0..2 {
+        let table =
+            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        for (id, stamp) in table.table().pinned() {
+            let file = chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id));
+            let meta = std::fs::metadata(&file)
+                .unwrap_or_else(|e| panic!("a pin outlived its chunk {id:032x}: {e}"));
+            assert_eq!(std::os::unix::fs::MetadataExt::ino(&meta), stamp.ino, "a pin of a replaced file");
+            pins += 1;
+        }
+    }
+    assert!(pins > 0, "the last pass pinned nothing");
+    drop(client);
+    drop(fleet);
+
+    let (_, objects, fleet, client) = warm("pinoff", 3, 100 << 10, &[("MEMARTS_PIN_MEMORY", "0")]);
+    for _ in 0..5 {
+        for (url, data) in &objects {
+            assert!(client.read(url).unwrap() == *data);
+        }
+        client.report_direct_reads();
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    assert!(!pin_table_path(&fleet.run_dir, 0).exists(), "no pin table with pins off");
+    let (hits, pinned, _) = direct(&client);
+    assert!(hits >= 15 && pinned == 0, "{hits} hits, {pinned} pinned");
+}
