@@ -180,4 +180,26 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
     assert!(!pin_table_path(&fleet.run_dir, 0).exists(), "no pin table with pins off");
     let (hits, pinned, _) = direct(&client);
     assert!(hits >= 15 && pinned == 0, "{hits} hits, {pinned} pinned");
+    drop(client);
+    drop(fleet);
+
+    // A budget of 2 MiB for the fleet: each of its 2 slots pins at most 1 MiB of chunk files.
+    let (_, objects, fleet, client) = warm("pinbudget", 12, 300 << 10, &[("MEMARTS_PIN_MEMORY", "2MiB")]);
+    for _ in 0..6 {
+        for (url, data) in &objects {
+            assert!(client.read(url).unwrap() == *data);
+        }
+        client.report_direct_reads();
+        std::thread::sleep(Duration::from_millis(150));
+    }
+    let mut pinned = 0;
+    for slot in 0..2 {
+        let table =
+            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        let bytes: u64 = table.table().pinned().iter().map(|(_, s)| s.size.next_multiple_of(4096)).sum();
+        assert!(bytes <= MIB as u64, "slot {slot} pinned {bytes} bytes, over its 1 MiB");
+        pinned += table.table().pinned().len();
+    }
+    assert!(pinned >= 2, "the budget pinned nothing ({pinned})");
+    assert!(direct(&client).1 > 0);
 }

@@ -56,12 +56,9 @@ impl Engine {
             self.stats.bytes_from_cache.fetch_add(t.len, Ordering::Relaxed);
             counted += 1;
         }
-        if let Some(pins) = self.pins.get() {
-            let new = pins.read(&read);
-            if !new.is_empty() {
-                let store = Arc::clone(&self.store);
-                super::pins::spawn_pinning(pins, new, move |id| store.path_of(ChunkId(id)));
-            }
+        if let Some(pins) = self.pins.get().filter(|p| p.read(&read)) {
+            let store = Arc::clone(&self.store);
+            super::pins::spawn_pinning(pins, move |id| store.path_of(ChunkId(id)));
         }
         counted
     }

@@ -2,7 +2,7 @@
 //! their readers need not check them again (`memarts_protocol::pin_table` says why that is sound).
 //!
 //! The slot pins what it hears was read (`Request::Touched`), within its share of the pin budget
-//! (`pin_memory`), on a blocking thread, one batch at a time: it maps the chunk file, locks the
+//! (`pin_memory`), on one blocking thread at a time, from a bounded queue: it maps the chunk file, locks the
 //! mapping (`mlock`, read again into large folios: see `map_checked`), checks the header (the chunk's own) and the data (its CRC32C) in the locked
 //! pages, and publishes the file's stamp only if the file did not change meanwhile and its name
 //! still names it. When the budget is full, a CLOCK sweep finds a pin not read since the hand last
@@ -28,6 +28,9 @@ const SETTLED: Duration = Duration::from_millis(100);
 /// CLOCK steps one pin may take looking for room before it gives up.
 const SWEEP: usize = 8;
 
+/// Chunks waiting to be pinned at most (more are dropped: their next reads ask again).
+const QUEUED: usize = 1 << 16;
+
 /// Pin table entries per byte of budget: one per 32 KiB pinned (chunks are at least 4 KiB, most
 /// far larger), at least 1024.
 const BYTES_PER_ENTRY: u64 = 32 << 10;
@@ -46,6 +49,8 @@ struct State {
     /// CLOCK order; may name chunks no longer held (skipped).
     ring: VecDeque<u128>,
     used: u64,
+    /// Chunks read and not pinned yet, for the pinning thread to take (at most [`QUEUED`]).
+    queue: Vec<u128>,
 }
 
 /// Counters of pins, for `memarts status` and the metrics.
@@ -99,37 +104,45 @@ impl Pins {
         (self.state().used, self.budget)
     }
 
-    /// Notes reads of `ids`; returns those not pinned yet, to pin (none while a batch is being
-    /// pinned, or once memory cannot be locked: the next reads ask again).
-    pub fn read(&self, ids: &[u128]) -> Vec<u128> {
+    /// Notes reads of `ids` and queues those not pinned yet; true when the caller is to start the
+    /// pinning thread ([`Pins::pin_queued`]: none runs). Nothing once memory cannot be locked.
+    pub fn read(&self, ids: &[u128]) -> bool {
         if self.refused.load(Ordering::Relaxed) {
-            return Vec::new();
+            return false;
         }
         let mut state = self.state();
-        let mut new = Vec::new();
+        let mut queued = false;
         for id in ids {
-            match state.held.get_mut(id) {
-                Some(h) => h.referenced = true,
-                None => new.push(*id),
+            if let Some(h) = state.held.get_mut(id) {
+                h.referenced = true;
+            } else if state.queue.len() < QUEUED {
+                state.queue.push(*id);
+                queued = true;
             }
         }
         drop(state);
-        if new.is_empty() || self.busy.swap(true, Ordering::Acquire) {
-            return Vec::new();
-        }
-        new
+        queued && !self.busy.swap(true, Ordering::Acquire)
     }
 
-    /// Pins what [`Pins::read`] returned (`path_of` names a chunk's file). Blocking: on a blocking
-    /// thread.
-    pub fn pin_all(&self, ids: Vec<u128>, path_of: impl Fn(u128) -> PathBuf) {
-        for id in ids {
-            if self.refused.load(Ordering::Relaxed) {
-                break;
+    /// Pins what is queued, until nothing is (`path_of` names a chunk's file). Blocking: on a
+    /// blocking thread.
+    pub fn pin_queued(&self, path_of: impl Fn(u128) -> PathBuf) {
+        loop {
+            let ids = std::mem::take(&mut self.state().queue);
+            if ids.is_empty() || self.refused.load(Ordering::Relaxed) {
+                self.busy.store(false, Ordering::Release);
+                // A read queued after the look and before the flag went down found it up: take it.
+                if self.state().queue.is_empty() || self.busy.swap(true, Ordering::Acquire) {
+                    return;
+                }
+                continue;
             }
-            self.pin(id, &path_of(id));
+            for id in ids {
+                if !self.state().held.contains_key(&id) {
+                    self.pin(id, &path_of(id));
+                }
+            }
         }
-        self.busy.store(false, Ordering::Release);
     }
 
     fn pin(&self, id: u128, path: &Path) {
@@ -272,16 +285,12 @@ pub(crate) fn slot_budget(fleet: u64, slots: u32) -> u64 {
     share.min(limit.rlim_cur)
 }
 
-/// Pins `ids` on the runtime's blocking pool (after [`Pins::read`] returned them).
-pub(crate) fn spawn_pinning(
-    pins: &Arc<Pins>,
-    ids: Vec<u128>,
-    path_of: impl Fn(u128) -> PathBuf + Send + 'static,
-) {
+/// Pins what is queued on the runtime's blocking pool (after [`Pins::read`] said to).
+pub(crate) fn spawn_pinning(pins: &Arc<Pins>, path_of: impl Fn(u128) -> PathBuf + Send + 'static) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         pins.busy.store(false, Ordering::Release);
         return;
     };
     let pins = Arc::clone(pins);
-    runtime.spawn_blocking(move || pins.pin_all(ids, path_of));
+    runtime.spawn_blocking(move || pins.pin_queued(path_of));
 }
