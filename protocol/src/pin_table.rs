@@ -81,6 +81,22 @@ pub fn table_len(capacity: usize) -> usize {
     (HEADER_WORDS + capacity * ENTRY_WORDS) * 8
 }
 
+const SHAPE: crate::shared_file::Shape = crate::shared_file::Shape {
+    magic: MAGIC,
+    version: VERSION,
+    header_words: HEADER_WORDS,
+    entry_words: ENTRY_WORDS,
+};
+
+impl From<crate::shared_file::BadHeader> for PinTableError {
+    fn from(bad: crate::shared_file::BadHeader) -> Self {
+        match bad {
+            crate::shared_file::BadHeader::NotATable => PinTableError::NotATable,
+            crate::shared_file::BadHeader::BadCapacity(c) => PinTableError::BadCapacity(c),
+        }
+    }
+}
+
 /// What identifies a chunk file as it was when its slot checked it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stamp {
@@ -131,36 +147,13 @@ impl<'a> PinTable<'a> {
     /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
     /// to a power of two. The owner lock is left for [`PinFile::create`] to set up.
     pub fn init(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        let fit = words.len().saturating_sub(HEADER_WORDS) / ENTRY_WORDS;
-        if fit == 0 {
-            return Err(PinTableError::BadCapacity(0));
-        }
-        let capacity = 1usize << fit.ilog2();
-        words[1].store(VERSION, Ordering::Relaxed);
-        words[2].store(capacity as u64, Ordering::Relaxed);
-        // The magic last: a reader that sees it sees the rest of the header.
-        words[0].store(MAGIC, Ordering::Release);
+        let capacity = SHAPE.init(words, |_| {})?;
         Ok(PinTable { words, capacity })
     }
 
     /// Opens the table in `words`, checking its header.
     pub fn open(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        if words.len() < HEADER_WORDS
-            || words[0].load(Ordering::Acquire) != MAGIC
-            || words[1].load(Ordering::Relaxed) != VERSION
-        {
-            return Err(PinTableError::NotATable);
-        }
-        let capacity = words[2].load(Ordering::Relaxed);
-        let fits = usize::try_from(capacity)
-            .ok()
-            .and_then(|c| c.checked_mul(ENTRY_WORDS))
-            .and_then(|w| w.checked_add(HEADER_WORDS))
-            .is_some_and(|w| w <= words.len());
-        if !capacity.is_power_of_two() || !fits {
-            return Err(PinTableError::BadCapacity(capacity));
-        }
-        Ok(PinTable { words, capacity: capacity as usize })
+        Ok(PinTable { words, capacity: SHAPE.open(words)? })
     }
 
     pub fn capacity(&self) -> usize {

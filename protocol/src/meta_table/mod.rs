@@ -54,6 +54,22 @@ pub const PROBES: usize = 8;
 /// proxy, as before).
 pub const MAX_ETAG: usize = 64;
 
+const SHAPE: crate::shared_file::Shape = crate::shared_file::Shape {
+    magic: MAGIC,
+    version: VERSION,
+    header_words: HEADER_WORDS,
+    entry_words: ENTRY_WORDS,
+};
+
+impl From<crate::shared_file::BadHeader> for TableError {
+    fn from(bad: crate::shared_file::BadHeader) -> Self {
+        match bad {
+            crate::shared_file::BadHeader::NotATable => TableError::NotATable,
+            crate::shared_file::BadHeader::BadCapacity(c) => TableError::BadCapacity(c),
+        }
+    }
+}
+
 /// Header word set once a newer table replaced this one.
 const SUPERSEDED: usize = 4;
 
@@ -123,38 +139,14 @@ impl<'a> MetaTable<'a> {
     /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
     /// to a power of two.
     pub fn init(words: &'a [AtomicU64], ttl_ms: u64) -> Result<MetaTable<'a>, TableError> {
-        let fit = words.len().saturating_sub(HEADER_WORDS) / ENTRY_WORDS;
-        if fit == 0 {
-            return Err(TableError::BadCapacity(0));
-        }
-        let capacity = 1usize << fit.ilog2();
-        words[1].store(VERSION, Ordering::Relaxed);
-        words[2].store(capacity as u64, Ordering::Relaxed);
-        words[3].store(ttl_ms, Ordering::Relaxed);
-        // The magic last: a reader that sees it sees the rest of the header.
-        words[0].store(MAGIC, Ordering::Release);
+        let capacity = SHAPE.init(words, |w| w[3].store(ttl_ms, Ordering::Relaxed))?;
         Ok(MetaTable { words, capacity, ttl_ms })
     }
 
     /// Opens the table in `words`, checking its header.
     pub fn open(words: &'a [AtomicU64]) -> Result<MetaTable<'a>, TableError> {
-        if words.len() < HEADER_WORDS
-            || words[0].load(Ordering::Acquire) != MAGIC
-            || words[1].load(Ordering::Relaxed) != VERSION
-        {
-            return Err(TableError::NotATable);
-        }
-        let capacity = words[2].load(Ordering::Relaxed);
-        let fits = usize::try_from(capacity)
-            .ok()
-            .and_then(|c| c.checked_mul(ENTRY_WORDS))
-            .and_then(|w| w.checked_add(HEADER_WORDS))
-            .is_some_and(|w| w <= words.len());
-        if !capacity.is_power_of_two() || !fits {
-            return Err(TableError::BadCapacity(capacity));
-        }
-        let ttl_ms = words[3].load(Ordering::Relaxed);
-        Ok(MetaTable { words, capacity: capacity as usize, ttl_ms })
+        let capacity = SHAPE.open(words)?;
+        Ok(MetaTable { words, capacity, ttl_ms: words[3].load(Ordering::Relaxed) })
     }
 
     pub fn capacity(&self) -> usize {
