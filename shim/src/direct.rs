@@ -265,7 +265,10 @@ impl Direct {
     ) -> Found {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
         let pins = self.pins(slot);
-        let pin = pins.as_ref().and_then(|p| p.table().lookup(id).map(|pin| (p.table(), pin)));
+        let pin = pins.as_ref().and_then(|p| {
+            let table = p.table(); // its header checked once per read, not twice
+            table.lookup(id).map(|pin| (table, pin))
+        });
         let found = match self.open(ChunkId(id)) {
             Some(file) => check(&file, &identity, dst, pin.as_ref()),
             None => Found::Absent,
