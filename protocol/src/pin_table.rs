@@ -17,8 +17,14 @@
 //!
 //! Otherwise the shim checks the CRC32C as for any other chunk.
 //!
+//! A read of a pinned chunk is noted in its entry ([`PinTable::note_read`]: one atomic add to a
+//! word of its own), not reported to the slot in a request: the slot takes the counts now and then
+//! ([`PinTable::take_reads`]) and counts them for its eviction as the reads they were. A warm
+//! epoch read from pins thus costs the slots no request, no wake-up and no CPU at all.
+//!
 //! One file per slot (`<run dir>/pins-<slot>.table`, 0600), mapped shared; the slot is its only
-//! writer. Entries are seqlocked as in `meta_table` (crate::seqlock).
+//! writer but for the read counts, which readers add to. Entries are seqlocked as in `meta_table`
+//! (crate::seqlock); the read count is outside what the sequence number guards.
 //!
 //! Layout (words of 8 bytes in the machine's byte order: the table never leaves its machine):
 //!
@@ -39,7 +45,7 @@
 //!   +4        the file's size in bytes
 //!   +5        its mtime, ns since the Unix epoch
 //!   +6        its ctime, ns since the Unix epoch
-//!   +7        reserved, 0
+//!   +7        reads: how many reads of the pin readers noted since the slot last took them
 //! ```
 
 use std::io;
@@ -70,6 +76,7 @@ const INO: usize = 3;
 const SIZE: usize = 4;
 const MTIME: usize = 5;
 const CTIME: usize = 6;
+const READS: usize = 7;
 
 /// The kernel's mark on a robust futex whose holder exited (`linux/futex.h`).
 const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
@@ -236,11 +243,12 @@ impl<'a> PinTable<'a> {
         u128::from(e[ID_LO].load(Ordering::Relaxed)) | u128::from(e[ID_HI].load(Ordering::Relaxed)) << 64
     }
 
-    /// Notes chunk `id` as pinned, its file as `stamp` says; false when every place it may take is
+    /// Notes chunk `id` as pinned, its file as `stamp` says, with no reads noted yet; returns the
+    /// place it took (for [`PinTable::take_reads`]), `None` when every place it may take is
     /// another's (it is not pinned). Single writer.
-    pub fn pin(&self, id: u128, stamp: Stamp) -> bool {
+    pub fn pin(&self, id: u128, stamp: Stamp) -> Option<usize> {
         if id == 0 {
-            return false;
+            return None;
         }
         let mut free = None;
         for place in self.places(id) {
@@ -255,7 +263,7 @@ impl<'a> PinTable<'a> {
                 _ => {}
             }
         }
-        let Some(place) = free else { return false };
+        let place = free?;
         seqlock::write(self.entry(place), |e| {
             e[ID_LO].store(id as u64, Ordering::Relaxed);
             e[ID_HI].store((id >> 64) as u64, Ordering::Relaxed);
@@ -263,8 +271,27 @@ impl<'a> PinTable<'a> {
             e[SIZE].store(stamp.size, Ordering::Relaxed);
             e[MTIME].store(stamp.mtime_ns as u64, Ordering::Relaxed);
             e[CTIME].store(stamp.ctime_ns as u64, Ordering::Relaxed);
+            e[READS].store(0, Ordering::Relaxed);
         });
-        true
+        Some(place)
+    }
+
+    /// Notes a read of `pin` (one that held all through: [`PinTable::held`]) for its slot to count.
+    /// Needs the table mapped writable, as [`PinFile::open`] maps it. A read noted just as the slot
+    /// replaced the entry counts for the chunk pinned there next: one read more or less for the
+    /// eviction policy, nothing that decides what a reader gets.
+    pub fn note_read(&self, pin: &Pin) {
+        self.entry(pin.place)[READS].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The reads noted of the pin of chunk `id` at `place` (where [`PinTable::pin`] put it) since
+    /// they were last taken, now taken (0 if that place holds another chunk). The slot's only.
+    pub fn take_reads(&self, place: usize, id: u128) -> u64 {
+        let entry = self.entry(place);
+        if entry[READS].load(Ordering::Relaxed) == 0 || self.id_at(place) != id {
+            return 0;
+        }
+        entry[READS].swap(0, Ordering::Relaxed)
     }
 
     /// Withdraws the pin of chunk `id`: from now on no reader skips its check. Call it before the
@@ -300,15 +327,11 @@ impl PinFile {
         Ok(PinFile { words: Arc::new(words) })
     }
 
-    /// The table at `path` mapped for writing, for its slot only (to mark it superseded).
-    pub fn open_writable(path: &Path) -> io::Result<PinFile> {
-        let words = SharedWords::open(path, true, |w| PinTable::open(w).is_ok())?;
-        Ok(PinFile { words: Arc::new(words) })
-    }
-
-    /// The table at `path`, mapped read-only; an error if it is not one.
+    /// The table at `path`, mapped writable: for a reader to find pins and note its reads of them
+    /// (the one word of an entry a reader writes: [`PinTable::note_read`]), for a slot to mark an
+    /// older table superseded; an error if it is not one.
     pub fn open(path: &Path) -> io::Result<PinFile> {
-        let words = SharedWords::open(path, false, |w| PinTable::open(w).is_ok())?;
+        let words = SharedWords::open(path, true, |w| PinTable::open(w).is_ok())?;
         Ok(PinFile { words: Arc::new(words) })
     }
 

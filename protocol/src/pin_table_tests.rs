@@ -15,12 +15,12 @@ fn a_pin_is_found_until_it_is_withdrawn_and_holds_only_while_unchanged() {
     let reader = PinFile::open(&path).unwrap();
     let (a, b) = (0x1234_u128 << 64 | 5, 0x99_u128 << 64 | 6);
     assert_eq!(reader.table().lookup(a), None);
-    assert!(table.pin(a, stamp(1)) && table.pin(b, stamp(2)));
+    assert!(table.pin(a, stamp(1)).is_some() && table.pin(b, stamp(2)).is_some());
     let pin = reader.table().lookup(a).unwrap();
     assert_eq!(pin.stamp, stamp(1));
     assert!(reader.table().held(&pin));
     // Pinned again (the same chunk, its file checked again): an earlier find no longer holds.
-    assert!(table.pin(a, stamp(3)));
+    assert!(table.pin(a, stamp(3)).is_some());
     assert!(!reader.table().held(&pin));
     let pin = reader.table().lookup(a).unwrap();
     assert_eq!(pin.stamp, stamp(3));
@@ -28,7 +28,7 @@ fn a_pin_is_found_until_it_is_withdrawn_and_holds_only_while_unchanged() {
     assert!(!reader.table().held(&pin), "withdrawn while a reader read");
     assert_eq!(reader.table().lookup(a), None);
     assert_eq!(reader.table().lookup(b).unwrap().stamp, stamp(2));
-    assert!(!table.pin(0, stamp(4)) && table.lookup(0).is_none(), "id 0 marks a free place");
+    assert!(table.pin(0, stamp(4)).is_none() && table.lookup(0).is_none(), "id 0 marks a free place");
 }
 
 #[test]
@@ -37,7 +37,7 @@ fn pins_die_with_their_owner() {
     let path = dir.path().join("pins-1.table");
     let file = PinFile::create(&path, 16).unwrap();
     let reader = PinFile::open(&path).unwrap();
-    assert!(file.table().pin(9, stamp(9)));
+    assert!(file.table().pin(9, stamp(9)).is_some());
     let pin = reader.table().lookup(9).unwrap();
     assert!(!reader.table().held(&pin), "a lock never taken has no living owner");
     let owner = file.hold_owner_lock().unwrap();
@@ -52,7 +52,7 @@ fn pins_die_with_their_owner() {
     }
     assert!(!reader.table().held(&pin));
     // A slot that starts again over the same table takes the lock over.
-    let again = PinFile::open_writable(&path).unwrap();
+    let again = PinFile::open(&path).unwrap();
     let _owner = again.hold_owner_lock().unwrap();
     assert!(reader.table().owner_alive());
 }
@@ -62,12 +62,42 @@ fn a_full_neighbourhood_refuses_a_pin() {
     let words: Vec<AtomicU64> = (0..table_len(8) / 8).map(|_| AtomicU64::new(0)).collect();
     let table = PinTable::init(&words).unwrap();
     for i in 1..=8u128 {
-        assert!(table.pin(i << 64 | 1, stamp(i as u64)));
+        assert!(table.pin(i << 64 | 1, stamp(i as u64)).is_some());
     }
-    assert!(!table.pin(9 << 64 | 1, stamp(9)));
+    assert!(table.pin(9 << 64 | 1, stamp(9)).is_none());
     assert!(table.unpin(3 << 64 | 1));
-    assert!(table.pin(9 << 64 | 1, stamp(9)));
+    assert!(table.pin(9 << 64 | 1, stamp(9)).is_some());
     assert_eq!(PinTable::open(&words[..4]).err(), Some(PinTableError::NotATable));
     words[2].store(3, Ordering::Relaxed);
     assert_eq!(PinTable::open(&words).err(), Some(PinTableError::BadCapacity(3)));
+}
+
+#[test]
+fn reads_noted_by_readers_are_taken_by_the_slot_once_and_start_afresh_with_a_new_pin() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("pins-2.table");
+    let file = PinFile::create(&path, 16).unwrap();
+    let _owner = file.hold_owner_lock().unwrap();
+    let (a, b) = (7_u128 << 64 | 3, 7_u128 << 64 | 4);
+    let (at_a, at_b) = (file.table().pin(a, stamp(1)).unwrap(), file.table().pin(b, stamp(2)).unwrap());
+    // Two readers in other mappings of the file (as in other processes).
+    let readers = [PinFile::open(&path).unwrap(), PinFile::open(&path).unwrap()];
+    for (i, r) in readers.iter().enumerate() {
+        let pin = r.table().lookup(a).unwrap();
+        for _ in 0..=i {
+            r.table().note_read(&pin);
+        }
+        assert!(r.table().held(&pin), "noting a read does not disturb the entry");
+    }
+    assert_eq!(file.table().take_reads(at_a, a), 3);
+    assert_eq!(file.table().take_reads(at_a, a), 0, "taken once");
+    assert_eq!(file.table().take_reads(at_b, b), 0, "b was not read");
+    assert_eq!(file.table().take_reads(at_b, a), 0, "another chunk's place");
+    // Withdrawn and pinned again: the count starts from nothing.
+    let pin = readers[0].table().lookup(b).unwrap();
+    readers[0].table().note_read(&pin);
+    assert!(file.table().unpin(b));
+    assert_eq!(file.table().take_reads(at_b, b), 0, "a withdrawn pin has no reads to give");
+    assert_eq!(file.table().pin(b, stamp(5)), Some(at_b));
+    assert_eq!(file.table().take_reads(at_b, b), 0, "a new pin starts with none");
 }

@@ -68,7 +68,10 @@ impl Embedded {
             .build()
             .map_err(failed(EmbeddedStep::Runtime))?;
         let (engine, _warning) = runtime.block_on(async { crate::build_engine(&cfg, 0) }).map_err(cleanup)?;
-        crate::publish_metadata(&cfg, 0, &engine);
+        {
+            let _on_runtime = runtime.enter(); // what the engine spawns runs there
+            crate::publish_metadata(&cfg, 0, &engine);
+        }
         let shutdown = CancellationToken::new();
         let stop = shutdown.clone();
         let thread = std::thread::Builder::new()

@@ -104,7 +104,7 @@ pub fn build_engine_with(
 /// Creates the slot's metadata table, from which shims of the fleet's uid read warm objects with no
 /// round trip (`engine/direct.rs`). Not where nothing is cached or the metadata is never trusted
 /// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the direct hits.
-pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Engine) {
+pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     let ttl = cfg.meta_ttl();
     if cfg.passthrough || ttl.is_zero() {
         return;

@@ -17,7 +17,8 @@
 //!   dir stays 0700), others go through the proxy as before.
 //!
 //! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
-//! read stays cached and what is not goes, as if the slots had served them.
+//! read stays cached and what is not goes, as if the slots had served them; reads of pinned chunks
+//! are noted in the pin table instead, where the slot counts them (no request at all).
 //!
 //! A chunk that goes straight to an output (`memarts cat`: `Direct::write_mapped_chunk`) is not
 //! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
@@ -273,20 +274,26 @@ impl Direct {
             Some(file) => check(&file, &identity, dst, pin.as_ref()),
             None => Found::Absent,
         };
-        if found == Found::Pinned {
+        if let (Found::Pinned, Some((table, pin))) = (found, &pin) {
+            // Noted in the pin's entry for the slot to count, not reported to it.
+            table.note_read(pin);
             self.counters.pinned.fetch_add(1, Ordering::Relaxed);
-            self.count(Found::Served, slot, id, dst.len());
+            self.count_hit(dst.len());
             return Found::Served;
         }
         self.count(found, slot, id, dst.len());
         found
     }
 
+    fn count_hit(&self, len: usize) {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+    }
+
     fn count(&self, found: Found, slot: u32, id: u128, len: usize) {
         match found {
             Found::Served => {
-                self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
+                self.count_hit(len);
                 self.note(slot, Touch { id, len: len as u64 });
             }
             Found::Absent => {

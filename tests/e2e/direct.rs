@@ -110,7 +110,8 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
     let asked = fleet.total("requests") - requests - 3 * 2;
     assert!(asked <= 2, "the copies made {asked} requests to the proxies");
     let hits = direct(&client).0;
-    // Reported to the slots (at the latest when the client goes): counted as the hits they were.
+    // Reported to the slots (at the latest when the client goes), or noted in their pin tables
+    // (reads of chunks pinned meanwhile): counted as the hits they were.
     drop(client);
     assert_eq!(fleet.total("hits") - proxy_hits, hits, "the slots counted the direct hits");
 

@@ -203,3 +203,60 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
     assert!(pinned >= 2, "the budget pinned nothing ({pinned})");
     assert!(direct(&client).1 > 0);
 }
+
+/// Reads of pinned chunks are noted in the pin tables, not reported: the slot counts them with
+/// no request at all (every second, and before it shows its counters), and they keep eviction
+/// honest as reported reads do: with plain LRU, chunks read from pins are the recent ones, and what
+/// nobody read since goes.
+#[test]
+fn reads_of_pinned_chunks_need_no_request_are_counted_by_their_slot_and_keep_what_is_read() {
+    let bucket = moto().bucket("pinlru");
+    let set = |name: &str, seed: u64| -> Vec<(String, Vec<u8>)> {
+        (0..30).map(|i| (format!("s3://{bucket}/{name}{i}"), pattern(seed + i, MIB))).collect()
+    };
+    let (a, b, c) = (set("a", 9400), set("b", 9500), set("c", 9600));
+    let keyed = |set: &[(String, Vec<u8>)]| -> Vec<(String, Vec<u8>)> {
+        set.iter().map(|(u, d)| (u.rsplit('/').next().unwrap().to_string(), d.clone())).collect()
+    };
+    moto().put_many(&bucket, keyed(&a).into_iter().chain(keyed(&b)).chain(keyed(&c)));
+    // 64 MiB: room for 63 chunk files of 1 MiB (and a 4 KiB header each): A and B fit, C pushes
+    // out 27.
+    let fleet = Fleet::start(1, &[("MEMARTS_CACHE_CAPACITY", "64MiB"), ("MEMARTS_EVICTION", "lru")]);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB as u64);
+    let read_all = |client: &Client, objects: &[(String, Vec<u8>)]| {
+        for (url, data) in objects {
+            assert!(client.read(url).unwrap() == *data, "{url}");
+        }
+    };
+    read_all(&client, &a);
+    read_all(&client, &b);
+    fleet.wait_cached(60);
+    read_until_pinned(&client, &a);
+
+    // A from its pins, 3 times: no request to the slot (the two `memarts status` ask 3 each), and
+    // every read in the slot's counters as soon as they are shown.
+    let (hits, requests, pinned) = (fleet.total("hits"), fleet.total("requests"), direct(&client).1);
+    for _ in 0..3 {
+        read_all(&client, &a);
+    }
+    client.report_direct_reads();
+    assert_eq!(direct(&client).1 - pinned, 90, "A read from its pins");
+    assert_eq!(fleet.total("requests") - requests, 3, "reads of pinned chunks made requests");
+    assert_eq!(fleet.total("hits") - hits, 90, "the slot counted the pinned reads");
+    assert_eq!(fleet.total("hits") - hits, 90, "counted once only");
+
+    // B read through the slot (more recent than A now), then A from its pins again, and nobody
+    // asks for the counters: the slot counts A's reads by itself within a second, so C pushes out
+    // the 27 least recently read chunks: B's, not A's.
+    read_all(&fleet.proxy_client(MIB as u64), &b);
+    read_all(&client, &a);
+    assert_eq!(direct(&client).1 - pinned, 120, "A read from its pins again");
+    std::thread::sleep(Duration::from_millis(1500));
+    read_all(&client, &c);
+    let gets = moto().gets_settled(&bucket);
+    read_all(&client, &a);
+    assert_eq!(moto().gets_settled(&bucket), gets, "A was evicted although it was read last");
+    read_all(&client, &b);
+    assert!(moto().gets_settled(&bucket) >= gets + 27, "B stayed although nobody read it since");
+}

@@ -20,10 +20,13 @@ impl Engine {
     }
 
     /// Pins chunks read directly from now on, at most `budget` bytes of them, publishing them in a
-    /// table at `path` (`pins.rs`). Once per engine.
-    pub fn publish_pins(&self, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
+    /// table at `path` (`pins.rs`), and counts the reads noted there every [`PINNED_READS_EVERY`]
+    /// on the caller's runtime. Once per engine.
+    pub fn publish_pins(self: &Arc<Self>, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
         let pins = super::pins::Pins::create(path, budget)?;
-        self.pins.set(Arc::new(pins)).map_err(|_| std::io::Error::other("pins are set up already"))
+        self.pins.set(Arc::new(pins)).map_err(|_| std::io::Error::other("pins are set up already"))?;
+        spawn_counting_pinned_reads(self);
+        Ok(())
     }
 
     /// Bytes pinned now and the slot's pin budget (0 and 0 without pins).
@@ -46,15 +49,10 @@ impl Engine {
         let mut counted = 0;
         let mut read = Vec::new();
         for t in touches {
-            if !self.index().touch(t.id) {
-                continue;
+            if self.count_direct(t.id, 1, t.len) {
+                read.push(t.id);
+                counted += 1;
             }
-            read.push(t.id);
-            self.count_read(t.id, ReadBy::Client);
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
-            self.stats.direct_hits.fetch_add(1, Ordering::Relaxed);
-            self.stats.bytes_from_cache.fetch_add(t.len, Ordering::Relaxed);
-            counted += 1;
         }
         if let Some(pins) = self.pins.get().filter(|p| p.read(&read)) {
             let store = Arc::clone(&self.store);
@@ -62,4 +60,58 @@ impl Engine {
         }
         counted
     }
+
+    /// Counts the reads shims noted in the pin table since the last call (reads of pinned chunks
+    /// are noted there, not reported: `memarts_protocol::pin_table`), as [`Engine::touched`] counts
+    /// reported ones: every [`PINNED_READS_EVERY`], and before the counters are shown
+    /// ([`Engine::status`]). Returns how many reads were counted.
+    pub fn count_pinned_reads(&self) -> u64 {
+        let Some(pins) = self.pins.get() else { return 0 };
+        let mut counted = 0;
+        for (id, reads, len) in pins.take_reads() {
+            if self.count_direct(id, reads, len) {
+                counted += reads;
+            }
+        }
+        counted
+    }
+
+    /// `reads` direct reads of chunk `id` (`len` bytes of data), if the slot still holds it: marked
+    /// recently used, counted for the admission policy (at most a few times: its counters saturate
+    /// soon) and in the hit counters.
+    fn count_direct(&self, id: u128, reads: u64, len: u64) -> bool {
+        if !self.index().touch(id) {
+            return false;
+        }
+        for _ in 0..reads.min(COUNTED_READS) {
+            self.count_read(id, ReadBy::Client);
+        }
+        self.stats.hits.fetch_add(reads, Ordering::Relaxed);
+        self.stats.direct_hits.fetch_add(reads, Ordering::Relaxed);
+        self.stats.bytes_from_cache.fetch_add(reads.saturating_mul(len), Ordering::Relaxed);
+        true
+    }
+}
+
+/// Reads of one chunk noted in a pin table that count for the admission policy, at most (its
+/// frequency sketch saturates there).
+const COUNTED_READS: u64 = 15;
+
+/// How often a slot counts the reads noted in its pin table.
+pub const PINNED_READS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Counts the reads noted in `engine`'s pin table every [`PINNED_READS_EVERY`], for as long as the
+/// engine lives, on the runtime of the caller (none: not at all).
+fn spawn_counting_pinned_reads(engine: &Arc<Engine>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    let engine = Arc::downgrade(engine);
+    runtime.spawn(async move {
+        let mut tick = tokio::time::interval(PINNED_READS_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(engine) = engine.upgrade() else { return };
+            engine.count_pinned_reads();
+        }
+    });
 }

@@ -39,6 +39,9 @@ struct Held {
     /// The locked mapping: the pages stay in memory while it lives.
     _map: memmap2::Mmap,
     bytes: u64,
+    /// The chunk's data length, and where its entry is in the table (for the reads noted there).
+    data_len: u64,
+    place: usize,
     /// Read since the CLOCK hand last passed.
     referenced: bool,
 }
@@ -77,7 +80,7 @@ impl Pins {
     /// A new pin table at `path` holding at most `budget` bytes, its owner lock taken; an older
     /// table there is marked superseded once the new one is in place.
     pub fn create(path: &Path, budget: u64) -> std::io::Result<Pins> {
-        let older = PinFile::open_writable(path).ok();
+        let older = PinFile::open(path).ok();
         let entries = (budget / BYTES_PER_ENTRY).clamp(1024, 1 << 22) as usize;
         let file = PinFile::create(path, entries.next_power_of_two())?;
         let owner = file.hold_owner_lock()?;
@@ -163,7 +166,7 @@ impl Pins {
             self.stats.refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let Some(map) = self.map_checked(&file, id) else { return };
+        let Some((map, data_len)) = self.map_checked(&file, id) else { return };
         if file.metadata().map(|m| Stamp::of(&m)).ok() != Some(stamp) {
             return; // changed while it was checked
         }
@@ -172,29 +175,34 @@ impl Pins {
         // names this file, so it is not pinned) or comes after (and finds the pin).
         let current =
             std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == stamp.ino && m.dev() == meta.dev());
-        if !current || state.held.contains_key(&id) || !self.file.table().pin(id, stamp) {
+        if !current || state.held.contains_key(&id) {
             return;
         }
-        state.held.insert(id, Held { _map: map, bytes, referenced: false });
+        let Some(place) = self.file.table().pin(id, stamp) else { return };
+        state.held.insert(id, Held { _map: map, bytes, data_len, place, referenced: false });
         state.ring.push_back(id);
         state.used += bytes;
         self.stats.pinned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The chunk file mapped whole, locked, and checked in the locked pages: a header naming chunk
-    /// `id`, data of the length it says matching its CRC32C.
+    /// `id`, data of the length it says matching its CRC32C; with that length.
     ///
     /// The pages are read again from the disk first, into large folios: a file's pages that were
     /// read from the disk (after a restart, or once memory pressure dropped them) are 4 KiB pages,
     /// and copying a file out of those costs 15-20% more than out of the folios of up to 128 KiB
     /// that a write or a fault in a huge-page mapping (`MADV_HUGEPAGE`) makes. Once per pin; pages
     /// another process maps or locks stay as they are.
-    fn map_checked(&self, file: &File, id: u128) -> Option<memmap2::Mmap> {
+    ///
+    /// The check reads the file (`pread`), not the mapping: once locked, its pages are the pages
+    /// the page cache copies from, and a file cut short meanwhile (by anyone of the cache's uid)
+    /// is a short read here, where touching the mapping past its new end would kill the slot
+    /// (SIGBUS). The slot never touches the mapping itself.
+    fn map_checked(&self, file: &File, id: u128) -> Option<(memmap2::Mmap, u64)> {
         use nix::fcntl::{posix_fadvise, PosixFadviseAdvice};
         let _ = posix_fadvise(file, 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
-        // SAFETY: chunk files are written whole to a temp file and renamed into place; nothing
-        // writes to or truncates a published one (an eviction unlinks it, which the mapping
-        // outlives). The map is only read through `&[u8]`, and only to check it.
+        // SAFETY: the mapping is never read or written through (see above): it only holds the
+        // file's pages locked, and a locked page beyond a new end of file is simply dropped.
         let map = unsafe { memmap2::Mmap::map(file) }.ok()?;
         let _ = map.advise(memmap2::Advice::HugePage);
         if let Err(e) = map.lock() {
@@ -206,12 +214,25 @@ impl Pins {
             }
             return None;
         }
-        let raw = format::decode_raw(&map).ok()?;
-        let key = ChunkKey::decode_identity(raw.identity)?;
-        let start = usize::try_from(raw.data_offset).ok()?;
-        let end = start.checked_add(usize::try_from(raw.data_len).ok()?)?;
-        let data = map.get(start..end)?;
-        (key.id().0 == id && memarts_protocol::crc32c(data) == raw.data_crc32c).then_some(map)
+        let len = check_file(file, id, map.len())?;
+        Some((map, len))
+    }
+
+    /// The reads shims noted of the chunks pinned ([`memarts_protocol::pin_table::PinTable::note_read`])
+    /// since the last call: (chunk, reads, data length) of each chunk read. They count for CLOCK
+    /// here as reads heard in a report do.
+    pub fn take_reads(&self) -> Vec<(u128, u64, u64)> {
+        let mut state = self.state();
+        let table = self.file.table();
+        let mut read = Vec::new();
+        for (&id, held) in state.held.iter_mut() {
+            let n = table.take_reads(held.place, id);
+            if n > 0 {
+                held.referenced = true;
+                read.push((id, n, held.data_len));
+            }
+        }
+        read
     }
 
     /// Frees pins until `bytes` more fit, by CLOCK; false when it found no pin to give way within
@@ -258,6 +279,37 @@ impl Pins {
     }
 }
 
+/// Bytes of a chunk file read and checked per step while pinning.
+const PIECE: usize = 256 << 10;
+
+/// The data length of the chunk file `file` (`len` bytes) if it holds a header naming chunk `id`
+/// and data of the length it says matching its CRC32C, read with `pread`.
+fn check_file(file: &File, id: u128, len: usize) -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; len.min(PIECE)];
+    file.read_exact_at(&mut buf, 0).ok()?;
+    let raw = format::decode_raw(&buf).ok()?;
+    if ChunkKey::decode_identity(raw.identity)?.id().0 != id {
+        return None;
+    }
+    let (start, data_len) = (usize::try_from(raw.data_offset).ok()?, raw.data_len);
+    let end = start.checked_add(usize::try_from(data_len).ok()?)?;
+    let want = raw.data_crc32c;
+    if start > buf.len() || end > len {
+        return None;
+    }
+    let mut crc = memarts_protocol::Crc32c::default();
+    crc.update(&buf[start..end.min(buf.len())]);
+    let mut at = buf.len();
+    while at < end {
+        let piece = &mut buf[..(end - at).min(PIECE)];
+        file.read_exact_at(piece, at as u64).ok()?;
+        crc.update(piece);
+        at += piece.len();
+    }
+    (crc.finish() == want).then_some(data_len)
+}
+
 /// The default pin budget of a fleet: a sixteenth of the machine's memory.
 pub(crate) fn default_fleet_budget() -> u64 {
     // SAFETY: sysconf only reads system configuration.
@@ -294,3 +346,7 @@ pub(crate) fn spawn_pinning(pins: &Arc<Pins>, path_of: impl Fn(u128) -> PathBuf 
     let pins = Arc::clone(pins);
     runtime.spawn_blocking(move || pins.pin_queued(path_of));
 }
+
+#[cfg(test)]
+#[path = "pins_tests.rs"]
+mod tests;
