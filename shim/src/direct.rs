@@ -23,8 +23,9 @@
 //! A chunk that goes straight to an output (`memarts cat`: `Direct::write_mapped_chunk`) is not
 //! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
 //! are the pages written out, none can be dropped and read again from the disk in between),
-//! checked, and handed to the writer from the page cache. memarts never changes a chunk file in
-//! place (an eviction unlinks one, which a mapping outlives), and a file shorter than its header
+//! checked (not again if its slot held it pinned from before the file was opened until it was
+//! locked here), and handed to the writer from the page cache. memarts never changes a chunk file
+//! in place (an eviction unlinks one, which a mapping outlives), and a file shorter than its header
 //! says is never mapped past its end. What this does not guard against, unlike a read into a
 //! buffer: another process of the cache's own uid writing into a chunk file in place while it is
 //! written out (its bytes could get through) or truncating it (the reader dies of SIGBUS); that uid
@@ -266,23 +267,16 @@ impl Direct {
     ) -> Found {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
         let pins = self.pins(slot);
-        let pin = pins.as_ref().and_then(|p| {
-            let table = p.table(); // its header checked once per read, not twice
-            table.lookup(id).map(|pin| (table, pin))
-        });
+        let pin = pin_of(pins.as_deref(), id);
         let found = match self.open(ChunkId(id)) {
             Some(file) => check(&file, &identity, dst, pin.as_ref()),
             None => Found::Absent,
         };
-        if let (Found::Pinned, Some((table, pin))) = (found, &pin) {
-            // Noted in the pin's entry for the slot to count, not reported to it.
-            table.note_read(pin);
-            self.counters.pinned.fetch_add(1, Ordering::Relaxed);
-            self.count_hit(dst.len());
-            return Found::Served;
+        self.count(found, slot, id, dst.len(), pin.as_ref());
+        match found {
+            Found::Pinned => Found::Served,
+            found => found,
         }
-        self.count(found, slot, id, dst.len());
-        found
     }
 
     fn count_hit(&self, len: usize) {
@@ -290,19 +284,25 @@ impl Direct {
         self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
     }
 
-    fn count(&self, found: Found, slot: u32, id: u128, len: usize) {
-        match found {
-            Found::Served => {
+    /// Counts what a direct read of chunk `id` found; a read served is noted for its slot: in the
+    /// entry of its `pin` when the pin served it (for the slot to count), else in the next report.
+    fn count(&self, found: Found, slot: u32, id: u128, len: usize, pin: Option<&(PinTable<'_>, Pin)>) {
+        match (found, pin) {
+            (Found::Pinned, Some((table, pin))) => {
+                table.note_read(pin);
+                self.counters.pinned.fetch_add(1, Ordering::Relaxed);
+                self.count_hit(len);
+            }
+            (Found::Served | Found::Pinned, _) => {
                 self.count_hit(len);
                 self.note(slot, Touch { id, len: len as u64 });
             }
-            Found::Absent => {
+            (Found::Absent, _) => {
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
             }
-            Found::Corrupt => {
+            (Found::Corrupt, _) => {
                 self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
             }
-            Found::Pinned => unreachable!("counted as Served"),
         }
     }
 
@@ -318,10 +318,12 @@ impl Direct {
         write: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> Option<io::Result<()>> {
         let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
+        let pins = self.pins(slot);
+        let pin = pin_of(pins.as_deref(), id);
         let file = self.open(ChunkId(id))?;
-        let map = map_checked(&file, &identity, len)?;
+        let (map, found) = map_checked(&file, &identity, len, pin.as_ref())?;
         let data_offset = format::data_offset_for(identity.len()) as usize;
-        self.count(Found::Served, slot, id, len);
+        self.count(found, slot, id, len, pin.as_ref());
         Some(write(&map[data_offset..data_offset + len]))
     }
 
@@ -390,9 +392,29 @@ fn identity_of(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> (Vec
     (identity, id)
 }
 
+/// Chunk `id`'s entry in a slot's pin table `pins`, if it is pinned (with the table: its header is
+/// checked once per read).
+fn pin_of(pins: Option<&PinFile>, id: u128) -> Option<(PinTable<'_>, Pin)> {
+    let table = pins?.table();
+    table.lookup(id).map(|pin| (table, pin))
+}
+
 /// The chunk file mapped whole and locked in memory, if it is exactly this chunk's with `len`
-/// bytes of data that match its CRC32C (the checks of [`check`], on the mapping).
-fn map_checked(file: &File, identity: &[u8], len: usize) -> Option<memmap2::Mmap> {
+/// bytes of data that match its CRC32C (the checks of [`check`], on the mapping), and whether it
+/// was served as pinned (`Found::Pinned`) or checked (`Found::Served`).
+///
+/// With the chunk's `pin` (found before the file was opened), the CRC32C is not computed if, once
+/// the mapping is locked, the file is still the one pinned, unchanged, and the pin still holds
+/// ([`pinned_throughout`]): then the slot held these very pages locked, as it checked them, from
+/// before the file was opened until this process locked them too, so no page could be dropped and
+/// read again from the disk in between, and this process's lock keeps them while they are written
+/// out.
+fn map_checked(
+    file: &File,
+    identity: &[u8],
+    len: usize,
+    pin: Option<&(PinTable<'_>, Pin)>,
+) -> Option<(memmap2::Mmap, Found)> {
     let data_offset = format::data_offset_for(identity.len());
     let whole = data_offset.checked_add(len as u64)?;
     // Never mapped past the end of the file: a page there would fault (SIGBUS) when read.
@@ -410,7 +432,12 @@ fn map_checked(file: &File, identity: &[u8], len: usize) -> Option<memmap2::Mmap
     if raw.identity != identity || raw.data_offset != data_offset || raw.data_len != len as u64 {
         return None;
     }
-    (memarts_protocol::crc32c(data) == raw.data_crc32c).then_some(map)
+    if let Some((table, pin)) = pin {
+        if pinned_throughout(file, table, pin) {
+            return Some((map, Found::Pinned));
+        }
+    }
+    (memarts_protocol::crc32c(data) == raw.data_crc32c).then_some((map, Found::Served))
 }
 
 fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {

@@ -8,7 +8,8 @@
 //!   concurrency), the limit for a miss.
 //! - epochs (`epochs.rs`): hit ratio per epoch of 3 epochs over a dataset twice the cache, in order
 //!   and shuffled, and after a changeover from another dataset, the default policy against plain
-//!   LRU, next to the best possible. `BENCH_ONLY=epochs` runs this part alone.
+//!   LRU, next to the best possible. `BENCH_ONLY=epochs` runs this part alone (`BENCH_ONLY=warm`
+//!   the warm part, printed only).
 //!
 //! Results: a table on stdout and `tests/bench/results/fleet.json` with a `ratios` object (merged into
 //! `latest.json` by `report.py`). Nothing here asserts a timing; the goals are reported next to the
@@ -134,6 +135,11 @@ fn main() {
     }
     drop(client);
     drop(fleet);
+    // BENCH_ONLY=warm: the warm part alone, printed and not written (for A/Bs of the hit path).
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "warm") {
+        println!("ratios: {}", serde_json::Value::Object(ratios));
+        return;
+    }
 
     // ---- cold: fleet miss vs direct parallel ranged GETs ---------------------------------------
     let size = if scale_small { 32 * MIB } else { 128 * MIB };

@@ -27,7 +27,7 @@ fn chunks_of(len: usize) -> u64 {
 }
 
 /// The file of chunk `index` of the current version of `url` (whose ETag `client.stat` gives).
-fn chunk_file(fleet: &Fleet, client: &Client, url: &str, index: u64) -> std::path::PathBuf {
+pub(crate) fn chunk_file(fleet: &Fleet, client: &Client, url: &str, index: u64) -> std::path::PathBuf {
     let etag = client.stat(url).unwrap().etag.unwrap();
     let id = memarts_protocol::chunk_id(&ObjectUrl::parse(url).unwrap(), &etag, MIB as u64, index);
     chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id))
@@ -49,7 +49,7 @@ fn warm_object(bucket: &str, seed: u64, len: usize) -> (String, Vec<u8>, String,
 }
 
 /// One byte of a chunk file's data flipped in place (its header still says which chunk it is).
-fn flip_a_data_byte(file: &std::path::Path) {
+pub(crate) fn flip_a_data_byte(file: &std::path::Path) {
     let mut bytes = std::fs::read(file).unwrap();
     let at = bytes.len() - 10;
     bytes[at] ^= 0x40;

@@ -4,14 +4,15 @@
 //! slot that died, pins turned off) is read and checked as any chunk, and never served wrong.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memarts_protocol::chunk_file::{chunk_path, chunks_dir, ChunkId};
 use memarts_protocol::layout::pin_table_path;
-use memarts_protocol::ObjectUrl;
 use memarts_shim::Client;
 
 use crate::common::{moto, pattern, Fleet};
+use crate::direct::{chunk_file, flip_a_data_byte};
 
 const MIB: usize = 1 << 20;
 
@@ -64,12 +65,6 @@ fn read_until_pinned(client: &Client, objects: &[(String, Vec<u8>)]) {
     }
 }
 
-fn chunk_file(fleet: &Fleet, client: &Client, url: &str) -> std::path::PathBuf {
-    let etag = client.stat(url).unwrap().etag.unwrap();
-    let id = memarts_protocol::chunk_id(&ObjectUrl::parse(url).unwrap(), &etag, MIB as u64, 0);
-    chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id))
-}
-
 #[test]
 fn chunks_read_directly_get_pinned_and_their_reads_skip_the_crc_only_while_the_pin_holds() {
     let (bucket, objects, fleet, client) = warm("pinned", 6, 300 << 10, &[]);
@@ -85,7 +80,7 @@ fn chunks_read_directly_get_pinned_and_their_reads_skip_the_crc_only_while_the_p
     // A pinned chunk's file written to in place: its stamp changed, so its reader checks it, finds
     // it damaged, and the slot refetches it; the pin of the old bytes is no excuse.
     let (url, data) = &objects[2];
-    let file = chunk_file(&fleet, &client, url);
+    let file = chunk_file(&fleet, &client, url, 0);
     let mut bytes = std::fs::read(&file).unwrap();
     let at = bytes.len() - 7;
     bytes[at] ^= 0x10;
@@ -129,6 +124,46 @@ fn chunks_read_directly_get_pinned_and_their_reads_skip_the_crc_only_while_the_p
     assert_eq!(now_hits - hits, 6, "still read directly");
     assert_eq!(now_pinned, pinned, "none skipped its check");
     fleet.recover(2);
+}
+
+/// The path of `memarts cat` (a stream's `copy_to`, which hands whole warm chunks to its output
+/// from their files' mappings): chunks their slot held pinned are written out without their CRC32C
+/// being computed again, and only those: a pinned chunk file written to in place is checked,
+/// refused and refetched, never written out as pinned.
+#[test]
+fn streams_write_pinned_chunks_from_their_mappings_without_checking_them_again() {
+    let (bucket, objects, fleet, client) = warm("pinnedcat", 2, 3 * MIB + 100, &[]);
+    read_until_pinned(&client, &objects);
+    let client = Arc::new(client);
+    let copy = |url: &str| {
+        let mut out = Vec::new();
+        let mut stream = client.open_stream(url).unwrap();
+        stream
+            .copy_to(|piece| {
+                out.extend_from_slice(piece);
+                Ok(())
+            })
+            .unwrap();
+        out
+    };
+    let (hits, pinned, _) = direct(&client);
+    for (url, data) in &objects {
+        assert!(copy(url) == *data, "{url} copied");
+    }
+    assert_eq!(direct(&client).0 - hits, 8, "every chunk written out directly");
+    assert_eq!(direct(&client).1 - pinned, 8, "every chunk written out as pinned");
+
+    // Chunk 1 of the first object damaged in place: its stamp changed, so the copy checks it,
+    // refuses it and has its slot fetch it again; the other three are still pinned.
+    let (url, data) = &objects[0];
+    flip_a_data_byte(&chunk_file(&fleet, &client, url, 1));
+    let gets = moto().gets_settled(&bucket);
+    let (hits, pinned, corrupt) = direct(&client);
+    assert!(copy(url) == *data, "the damaged byte was written out");
+    assert_eq!(direct(&client).2 - corrupt, 1, "refused, counted");
+    assert_eq!(direct(&client).1 - pinned, 3, "the other chunks only as pinned");
+    assert_eq!(direct(&client).0 - hits, 3, "the damaged one not as a hit");
+    assert_eq!(moto().gets_settled(&bucket), gets + 1, "fetched again, once");
 }
 
 #[test]
