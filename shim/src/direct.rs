@@ -327,6 +327,25 @@ impl Direct {
         Some(write(&map[data_offset..data_offset + len]))
     }
 
+    /// Chunk `index` (of `len` bytes) of the version `etag` of `url`, opened for reads of any part
+    /// of it, if its slot holds it pinned: then a part can be read without the rest (whose CRC32C
+    /// it would need otherwise). `None` otherwise (the caller reads the chunk whole, checked).
+    ///
+    /// Its header is not read: the slot checked the header and the data of the file it pinned, and
+    /// each read is served only if the file read is that file, unchanged ([`PinnedChunk::read`]).
+    pub fn open_pinned(&self, chunk: ChunkName<'_>, slot: u32, len: usize) -> Option<PinnedChunk> {
+        let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
+        let pins = self.pins(slot)?;
+        let pin = pins.table().lookup(id)?;
+        let data_offset = format::data_offset_for(identity.len());
+        // The pinned file holds this chunk's header and its `len` bytes of data, nothing more.
+        if data_offset.checked_add(len as u64) != Some(pin.stamp.size) {
+            return None;
+        }
+        let file = self.open(ChunkId(id))?;
+        Some(PinnedChunk { file, pins, pin, data_offset, len, slot, id, counted: false })
+    }
+
     /// The file of chunk `id`, opened relative to the chunks directory (held open: no walk of the
     /// cache dir's path for every chunk). Non-blocking, so a named pipe at the path cannot hold the
     /// open (the slot removes such things); without updating the access time.
@@ -381,6 +400,43 @@ impl Direct {
         let mut pending = self.pending();
         pending.since = None;
         by_slot(std::mem::take(&mut pending.touches))
+    }
+}
+
+/// A chunk file open for reads of parts of its data, vouched for by its slot's pin
+/// ([`Direct::open_pinned`]): each read is served only if the pin held from before the file was
+/// opened until the read was done, and the file is still the one pinned, unchanged
+/// ([`pinned_throughout`]), so its bytes came from pages the slot checked and held locked all along.
+pub(crate) struct PinnedChunk {
+    file: File,
+    pins: Arc<PinFile>,
+    pin: Pin,
+    data_offset: u64,
+    len: usize,
+    slot: u32,
+    id: u128,
+    /// Whether a read of it was counted yet (a chunk counts as one direct hit, however many reads).
+    counted: bool,
+}
+
+impl PinnedChunk {
+    /// The chunk's data from `skip`, `dst.len()` bytes of it, read into `dst`; `false` when the pin
+    /// no longer vouches for what was read, or the read failed (the caller reads the chunk whole,
+    /// checked: what was read into `dst` is to be overwritten).
+    pub fn read(&mut self, direct: &Direct, skip: usize, dst: &mut Room) -> bool {
+        let fits = skip.checked_add(dst.len()).is_some_and(|end| end <= self.len);
+        if !fits || pread_exact(&self.file, dst, self.data_offset + skip as u64).is_err() {
+            return false;
+        }
+        let table = self.pins.table();
+        if !pinned_throughout(&self.file, &table, &self.pin) {
+            return false;
+        }
+        if !self.counted {
+            self.counted = true;
+            direct.count(Found::Pinned, self.slot, self.id, self.len, Some(&(table, self.pin)));
+        }
+        true
     }
 }
 

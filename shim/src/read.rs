@@ -11,7 +11,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 
 use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
 use crate::client::{parse, Client};
-use crate::direct::{ChunkName, Found};
+use crate::direct::{ChunkName, Found, PinnedChunk};
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room, Sink, VecSink};
 
@@ -316,6 +316,20 @@ impl Client {
         let written = direct.write_mapped_chunk(chunk, slot, len, write)?;
         self.after_direct_read();
         Some(written)
+    }
+
+    /// Chunk `index` of the version `meta` of `url`, opened for reads of parts of it when its slot
+    /// holds it pinned (`Direct::open_pinned`).
+    pub(crate) fn open_pinned_chunk(&self, url: &str, meta: &ObjectMeta, index: u64) -> Option<PinnedChunk> {
+        let direct = self.direct.as_ref()?;
+        let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;
+        let cs = self.cfg.chunk_size;
+        let start = index.checked_mul(cs).filter(|&s| s < meta.size)?;
+        let len = usize::try_from((meta.size - start).min(cs)).ok()?;
+        let parsed = parse(url).ok()?;
+        let slot = chunk_owner(&parsed, cs, index, self.slots());
+        let chunk = ChunkName { url: &parsed, etag, chunk_size: cs, index };
+        direct.open_pinned(chunk, slot, len)
     }
 
     /// Chunk `index` of the target straight from its file, when direct reads are on (see

@@ -15,6 +15,10 @@
 //! at the read that needs it. Dropping the stream stops its workers after the fetch each has under
 //! way (at most one chunk each); they never start another.
 //!
+//! A chunk its slot holds pinned (locked in memory and checked once, `direct.rs`) needs no window:
+//! a read is copied from its file straight into the caller's buffer, a part at a time, as a read of
+//! a local file is (a chunk read into the window is read whole, to be checked, then copied again).
+//!
 //! After a `fork` the child has none of the parent's workers: its first read starts a fresh window
 //! with workers of its own.
 
@@ -26,7 +30,9 @@ use std::time::{Duration, Instant};
 use memarts_protocol::ObjectMeta;
 
 use crate::client::Client;
+use crate::direct::PinnedChunk;
 use crate::error::{Error, Result};
+use crate::fill::{ReadBuf, Room};
 
 /// Anything that holds a [`Client`] and can be shared with the stream's workers: a `Client`, or a
 /// `mode::Session` (whose in-process engine then lives as long as the stream).
@@ -166,6 +172,9 @@ pub struct Stream {
     /// Chunks to keep in flight ahead of the reader (0 after a seek).
     ahead: u64,
     max_ahead: u64,
+    /// The chunk the reader is in, when its slot holds it pinned: read straight from its file into
+    /// the caller's buffer, a part at a time, with no window (see [`Stream::read_pinned`]).
+    pinned: Option<(u64, PinnedChunk)>,
 }
 
 impl Client {
@@ -202,6 +211,7 @@ impl Stream {
             last_chunk: None,
             ahead: 0,
             max_ahead,
+            pinned: None,
         })
     }
 
@@ -239,7 +249,10 @@ impl Stream {
     }
 
     /// Fills `buf` from the current position; returns the bytes read, 0 only at (or past) the end.
-    pub fn read(&mut self, buf: &mut [u8]) -> Result<usize> {
+    /// `buf` is a reused `&mut [u8]`, or [`Room`] that need not be initialised (a buffer allocated
+    /// for the read, such as Python's `bytes`); on `Ok(n)` its first `n` bytes are written.
+    pub fn read<'d>(&mut self, buf: impl Into<ReadBuf<'d>>) -> Result<usize> {
+        let buf = buf.into().0;
         let size = self.target.meta.size;
         if self.pos >= size || buf.is_empty() {
             return Ok(0);
@@ -265,15 +278,46 @@ impl Stream {
         let mut done = 0usize;
         while self.pos < end {
             let index = self.pos / cs;
-            let chunk = self.enter(index)?;
             let skip = (self.pos - index * cs) as usize;
-            let take = (chunk.len() - skip).min((end - self.pos) as usize);
-            buf[done..done + take].copy_from_slice(&chunk[skip..skip + take]);
+            let take = (self.target.chunk_len(index) - skip).min((end - self.pos) as usize);
+            let dst = &mut buf[done..done + take];
+            if !self.read_pinned(index, skip, dst) {
+                let chunk = self.enter(index)?;
+                dst.write_copy_of_slice(&chunk[skip..skip + take]);
+            }
             done += take;
             self.pos += take as u64;
         }
         self.last_end = self.pos;
         Ok(done)
+    }
+
+    /// Bytes `skip..skip + dst.len()` of chunk `index` straight from its file into `dst`, when its
+    /// slot holds it pinned and it is not in the window already: one copy, from the page cache to
+    /// the caller, as a read of a local file makes (a chunk read whole into the window first, to be
+    /// checked, would be copied twice). Whether it was served so; if not, `dst` is to be filled
+    /// the usual way.
+    fn read_pinned(&mut self, index: u64, skip: usize, dst: &mut Room) -> bool {
+        let client: &Client = (*self.target.source).as_ref();
+        let Some(direct) = client.direct.as_ref() else { return false };
+        if self.pinned.as_ref().is_none_or(|(i, _)| *i != index) {
+            self.pinned = None;
+            if self.in_window(index) {
+                return false;
+            }
+            let Some(chunk) = client.open_pinned_chunk(&self.target.url, &self.target.meta, index) else {
+                return false;
+            };
+            self.pinned = Some((index, chunk));
+            // Entered in order: a chunk after it that is not pinned gets a window ahead of it.
+            self.last_chunk = Some(index);
+        }
+        let (_, chunk) = self.pinned.as_mut().expect("set above");
+        if chunk.read(direct, skip, dst) {
+            return true;
+        }
+        self.pinned = None;
+        false
     }
 
     /// Hands the rest of the stream to `write`, piece by piece, straight from the fetched chunks

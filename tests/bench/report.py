@@ -62,6 +62,7 @@ REPORTED = {
     "warmup_manifest_vs_link": "link",
     "cold_large_stream_vs_boto3_download": "link",
     "warm_small_1_process_vs_local_files": "warm",
+    "warm_file_read_loop_vs_local_file": "warm",
 }
 
 INPUTS = ("fleet", "python", "compare", "cluster", "mount", "link", "warm")
@@ -257,6 +258,11 @@ def markdown(latest, rows):
         lines.append(f"| {r['workers']} worker process(es), {r['files']} files of 64–255 KiB: `mox.file.read` vs "
                      f"`open(path, 'rb').read()` of the downloaded copies | {fmt(r['memarts_mbs'])} MB/s | "
                      f"{fmt(r['local_mbs'])} MB/s | {r['ratio']:.2f}× |")
+    rl = wm.get("large_read_loop")
+    if rl:
+        lines.append(f"| 1 process, {rl['bytes'] >> 20} MiB in {rl['piece'] >> 10} KiB reads: "
+                     f"`mox.file.File(url, 'rb').read(n)` vs `open(path, 'rb').read(n)` of a local copy | "
+                     f"{fmt(rl['memarts_mbs'])} MB/s | {fmt(rl['local_mbs'])} MB/s | {rl['ratio']:.2f}× |")
     lk = latest["link"]
     lk_link = lk["link"]
     lines += ["", (f"Cold reads against the link (`link.json`, scale `{lk['scale']}`): origin {lk['origin']} behind the "

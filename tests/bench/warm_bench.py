@@ -12,7 +12,9 @@ runs:
 - 4 worker processes reading small files (64-255 KiB) whole: `mox.file.read(url)` against
   `open(path, 'rb').read()` of the files a download left on local disk ("download, then read":
   what users do without a cache, timed after the download);
-- the same with one process, 128 KiB files (also in python_bench.py, with 1 and 4 proxies).
+- the same with one process (python_bench.py has 128 KiB files, with 1 and 4 proxies);
+- one process reading the 256 MiB object in 1 MiB reads: `mox.file.File(url, 'rb').read(n)` in a
+  loop against `open(path, 'rb').read(n)` of the local copy (each read a new `bytes`).
 
 The warm rows are the steady state of a warm epoch: before the timed passes, the small files are
 read through memarts (untimed) until a whole pass comes from pinned chunks (the slots pin what is
@@ -79,6 +81,43 @@ def large_cat(url, path, size, reps):
         memarts.append(best(lambda: run([MEMARTS, "cat", url]), 1)[0])
     return {"bytes": size, "cat_mbs": size / min(cat) / 1e6, "memarts_cat_mbs": size / min(memarts) / 1e6,
             "ratio": min(cat) / min(memarts)}
+
+
+def _read_loop(open_file, piece):
+    """Reads a file opened by `open_file()` in `piece`-byte reads to its end; its length."""
+    n = 0
+    with open_file() as f:
+        while data := f.read(piece):
+            n += len(data)
+    return n
+
+
+def large_read_loop(url, path, size, reps, piece=MIB):
+    """One process reading the large object in `piece`-byte reads: `mox.file.File(url, 'rb')`
+    against `open(path, 'rb')` of a local copy, each read returning a new `bytes` (both sides),
+    interleaved; the bytes are checked (CRC32) in an untimed pass of each."""
+    import memarts as mox
+
+    def crc_of(open_file):
+        crc = 0
+        with open_file() as f:
+            while data := f.read(piece):
+                crc = zlib.crc32(data, crc)
+        return crc
+
+    local_file, memarts_file = (lambda: open(path, "rb")), (lambda: mox.file.File(url, "rb"))
+    if crc_of(memarts_file) != crc_of(local_file):
+        raise AssertionError("File(url, 'rb').read(n): wrong bytes")
+    local, mem = [], []
+    for _ in range(reps):
+        t, n = best(lambda: _read_loop(local_file, piece), 1)
+        local.append(t)
+        t, m = best(lambda: _read_loop(memarts_file, piece), 1)
+        mem.append(t)
+        if n != size or m != size:
+            raise AssertionError(f"read loops read {n} and {m} bytes of {size}")
+    return {"bytes": size, "piece": piece, "local_mbs": size / min(local) / 1e6,
+            "memarts_mbs": size / min(mem) / 1e6, "ratio": min(local) / min(mem)}
 
 
 def _mark(data, full):
@@ -215,8 +254,10 @@ def main():
         for u in urls:  # cold: fills the cache and the slots' metadata
             mox.file.read(u, binary=True)
         subprocess.run([MEMARTS, "cat", f"s3://{BUCKET}/large.bin"], stdout=subprocess.DEVNULL, check=True)
-        print("memarts cat vs cat, 4 workers and 1 process vs local files ...", flush=True)
+        print("memarts cat vs cat, File.read(n) loops, 4 workers and 1 process vs local files ...", flush=True)
         res["large_cat"] = large_cat(f"s3://{BUCKET}/large.bin", large_path, SCALE["large"], SCALE["reps"])
+        res["large_read_loop"] = large_read_loop(f"s3://{BUCKET}/large.bin", large_path, SCALE["large"],
+                                                 SCALE["reps"])
         res["small_4_workers"] = small_files(urls, paths, SCALE["reps"], WORKERS)
         res["small_1_process"] = small_files(urls, paths, SCALE["reps"], 1)
     finally:
@@ -227,10 +268,14 @@ def main():
         "warm_cat_vs_cat": res["large_cat"]["ratio"],
         "warm_small_4_workers_vs_download_then_read": res["small_4_workers"]["ratio"],
         "warm_small_1_process_vs_local_files": res["small_1_process"]["ratio"],
+        "warm_file_read_loop_vs_local_file": res["large_read_loop"]["ratio"],
     }
     lc, s4, s1 = res["large_cat"], res["small_4_workers"], res["small_1_process"]
     print(f"memarts cat, {lc['bytes'] >> 20} MiB: {lc['memarts_cat_mbs']:.0f} MB/s vs cat {lc['cat_mbs']:.0f} MB/s "
           f"({lc['ratio']:.2f}x)")
+    rl = res["large_read_loop"]
+    print(f"File(url, 'rb').read({rl['piece'] >> 10} KiB) loop, {rl['bytes'] >> 20} MiB: {rl['memarts_mbs']:.0f} MB/s "
+          f"vs open(path, 'rb').read(n) {rl['local_mbs']:.0f} MB/s ({rl['ratio']:.2f}x)")
     for r in (s4, s1):
         print(f"{r['workers']} worker(s), {r['files']} small files: memarts {r['memarts_mbs']:.0f} MB/s vs local files "
               f"{r['local_mbs']:.0f} MB/s ({r['ratio']:.2f}x) after {r['warmup_passes']} warm pass(es) to pin; "

@@ -166,6 +166,50 @@ fn streams_write_pinned_chunks_from_their_mappings_without_checking_them_again()
     assert_eq!(moto().gets_settled(&bucket), gets + 1, "fetched again, once");
 }
 
+/// A stream's reads of any size (`File(url, 'rb').read(n)`, `std::io::Read`) of chunks their slot
+/// holds pinned are read from the chunk files straight into the caller's buffer, a part at a time,
+/// with no window; a pinned chunk file damaged in place is never served so: the stream reads it
+/// whole and checks it, refuses it, and its slot fetches it again.
+#[test]
+fn stream_reads_of_pinned_chunks_go_straight_into_the_callers_buffer_and_never_serve_a_damaged_one() {
+    let (bucket, objects, fleet, client) = warm("pinnedread", 1, 3 * MIB + 100, &[]);
+    read_until_pinned(&client, &objects);
+    let client = Arc::new(client);
+    let (url, data) = &objects[0];
+    // Pieces of 100 KiB and 1 byte taking turns, across every chunk boundary.
+    let read_in_pieces = || {
+        let mut stream = client.open_stream(url).unwrap();
+        let (mut out, mut buf, mut turn) = (Vec::new(), vec![0u8; 100 << 10], 0usize);
+        loop {
+            let want = if turn % 2 == 0 { buf.len() } else { 1 };
+            let n = stream.read(&mut buf[..want]).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+            turn += 1;
+        }
+        (out, stream.window_chunks())
+    };
+    let (hits, pinned, _) = direct(&client);
+    let (got, window) = read_in_pieces();
+    assert!(got == *data, "read in pieces");
+    assert_eq!(direct(&client).1 - pinned, 4, "each chunk read from its pin");
+    assert_eq!(direct(&client).0 - hits, 4, "and counted once, however many reads it took");
+    assert_eq!(window, 0, "no chunk was read ahead into a buffer");
+
+    // Chunk 2 damaged in place: the reads of chunks 0, 1 and 3 still come from their pins; chunk 2
+    // is read whole, checked, refused and fetched again.
+    flip_a_data_byte(&chunk_file(&fleet, &client, url, 2));
+    let gets = moto().gets_settled(&bucket);
+    let (_, pinned, corrupt) = direct(&client);
+    let (got, _) = read_in_pieces();
+    assert!(got == *data, "the damaged byte was served");
+    assert_eq!(direct(&client).2 - corrupt, 1, "refused, counted");
+    assert_eq!(direct(&client).1 - pinned, 3, "the other chunks from their pins");
+    assert_eq!(moto().gets_settled(&bucket), gets + 1, "fetched again, once");
+}
+
 #[test]
 fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
     // A cache of 64 MiB that keeps every fetched chunk (LRU) and 34 objects of 3 MiB: every pass

@@ -48,6 +48,23 @@ pub(crate) fn to_py(py: Python<'_>, e: Error) -> PyErr {
     }
 }
 
+/// A new Python `bytes` of `len` bytes left uninitialised (`PyBytes::new_with` zeroes them first,
+/// which costs as much as filling them from the page cache), and the address of its buffer; `None`
+/// when it cannot be allocated. Until every byte is written, no Python code may see the object.
+pub(crate) fn uninit_bytes(py: Python<'_>, len: isize) -> Option<(Py<PyBytes>, usize)> {
+    // SAFETY: PyBytes_FromStringAndSize with a NULL buffer returns a new bytes object of `len`
+    // uninitialised bytes (or NULL with an exception set); we own the reference.
+    let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), len) };
+    if raw.is_null() {
+        return None;
+    }
+    // SAFETY: `raw` is a new, non-null, owned reference to a bytes object.
+    let obj: Py<PyBytes> = unsafe { Py::from_owned_ptr(py, raw) };
+    // SAFETY: `obj` is a bytes object; its buffer lives as long as the object.
+    let ptr = unsafe { ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
+    Some((obj, ptr))
+}
+
 /// A Python `bytes` allocated uninitialised once the object's size is known, filled in place.
 #[derive(Default)]
 struct BytesSink {
@@ -59,19 +76,7 @@ struct BytesSink {
 impl Sink for BytesSink {
     fn reserve(&mut self, size: usize) -> memarts_shim::Result<()> {
         let len = isize::try_from(size).map_err(|_| Error::BadRequest("object too large".into()))?;
-        let made = Python::attach(|py| {
-            // SAFETY: PyBytes_FromStringAndSize with a NULL buffer returns a new bytes object of
-            // `len` uninitialised bytes (or NULL with an exception set); we own the reference.
-            let raw = unsafe { ffi::PyBytes_FromStringAndSize(std::ptr::null(), len) };
-            if raw.is_null() {
-                return None;
-            }
-            // SAFETY: `raw` is a new, non-null, owned reference to a bytes object.
-            let obj: Py<PyBytes> = unsafe { Py::from_owned_ptr(py, raw) };
-            // SAFETY: `obj` is a bytes object; its buffer lives as long as the object.
-            let ptr = unsafe { ffi::PyBytes_AsString(obj.as_ptr()) } as usize;
-            Some((obj, ptr))
-        });
+        let made = Python::attach(|py| uninit_bytes(py, len));
         let (obj, ptr) = made.ok_or_else(|| Error::NoSpace(format!("cannot allocate {size} bytes")))?;
         self.obj = Some(obj);
         self.ptr = ptr;

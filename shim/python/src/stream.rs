@@ -3,14 +3,15 @@
 //! read that needs a chunk of it, never mixed bytes); reads are served from the read-ahead window
 //! with the GIL released while they wait; `seek` drops the window.
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use memarts_shim::mode::Session;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::to_py;
+use crate::{to_py, uninit_bytes};
 
 #[pyclass(module = "memarts._memarts")]
 pub struct Stream {
@@ -33,21 +34,29 @@ impl Stream {
 #[pymethods]
 impl Stream {
     /// Up to `n` bytes from the current position (all the rest if `n` is negative); empty at the
-    /// end. The `bytes` is allocated once and filled in place with the GIL released.
+    /// end. The `bytes` is allocated once, not zeroed, and filled in place with the GIL released.
     #[pyo3(signature = (n=-1))]
     fn read<'py>(&mut self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
         let stream = self.open_inner()?;
         let left = stream.size().saturating_sub(stream.position());
         let len = usize::try_from(if n < 0 { left } else { left.min(n as u64) })
             .map_err(|_| PyValueError::new_err("read too large for this platform"))?;
-        PyBytes::new_with(py, len, |buf| {
-            let got = py.detach(|| stream.read(buf)).map_err(|e| to_py(py, e))?;
-            if got != len {
-                // Stream::read fills all it is asked up to the end of the pinned version.
-                return Err(to_py(py, memarts_shim::Error::Internal(format!("short read: {got} of {len}"))));
-            }
-            Ok(())
-        })
+        if len == 0 {
+            return Ok(PyBytes::new(py, b""));
+        }
+        let too_large = || PyValueError::new_err("read too large for this platform");
+        let (obj, ptr) = uninit_bytes(py, isize::try_from(len).map_err(|_| too_large())?)
+            .ok_or_else(|| PyMemoryError::new_err(format!("cannot allocate {len} bytes")))?;
+        // SAFETY: `ptr` is the `len`-byte buffer of `obj`, which we hold and no Python code has seen
+        // yet, so nothing else reads or writes it while the GIL is released.
+        let room = unsafe { std::slice::from_raw_parts_mut(ptr as *mut MaybeUninit<u8>, len) };
+        let got = py.detach(|| stream.read(room)).map_err(|e| to_py(py, e))?;
+        if got != len {
+            // Stream::read fills all it is asked up to the end of the pinned version.
+            return Err(to_py(py, memarts_shim::Error::Internal(format!("short read: {got} of {len}"))));
+        }
+        // Every byte of the buffer was written (Stream::read returned Ok(len)).
+        Ok(obj.into_bound(py))
     }
 
     /// Moves to `pos` (past the end is allowed: reads there are empty); returns it.

@@ -104,3 +104,86 @@ def test_copy_of_a_multi_chunk_object_streams_byte_exact(s3, bucket, tmp_path):
     s3.put_object(Bucket=bucket, Key="empty", Body=b"")
     mox.file.copy(f"obs://{bucket}/empty", str(tmp_path / "empty"))
     assert (tmp_path / "empty").read_bytes() == b""
+
+
+def _mixed_reads_match_a_local_file(url, want, seed):
+    """Reads of every size (reads of a chunk or more go around the buffer, straight into their
+    `bytes`), lines, `read1`, `peek`, `readinto`, seeks and tells in a random order, each checked
+    against `io.BytesIO` over the same bytes."""
+    import random
+
+    rng = random.Random(seed)
+    ref = io.BytesIO(want)
+    sizes = [1, 100, CS - 1, CS, CS + 5, 3 * CS + 7, -1]
+    with mox.file.File(url, "rb") as f:
+        for step in range(600):
+            op = rng.choice(["read", "read", "read", "readline", "read1", "peek", "readinto", "seek", "tell"])
+            if op == "read":
+                n = rng.choice(sizes)
+                got, exp = f.read(n), ref.read(n)
+            elif op == "readline":
+                got, exp = f.readline(), ref.readline()
+            elif op == "read1":
+                n = rng.choice(sizes[:-1])
+                got = f.read1(n)
+                exp = ref.read(len(got))  # read1 may return less than asked, never other bytes
+                assert got or f.tell() >= len(want), f"step {step}: read1 returned nothing before the end"
+            elif op == "peek":
+                # What peek shows must be what comes next (it moves nothing).
+                shown = f.peek(1)
+                got, exp = shown, want[ref.tell() : ref.tell() + len(shown)]
+            elif op == "readinto":
+                buf = bytearray(rng.choice(sizes[:-1]))
+                left = max(0, len(want) - ref.tell())
+                n = f.readinto(buf)
+                assert n == min(len(buf), left), f"step {step}: readinto read {n} of {len(buf)}"
+                got, exp = bytes(buf[:n]), ref.read(n)
+            elif op == "seek":
+                # Anywhere, or near where the reader is (where a buffer's bytes may be reused).
+                to = rng.choice([rng.randrange(len(want) + 10), max(0, ref.tell() + rng.randrange(-CS, CS))])
+                got, exp = f.seek(to), ref.seek(to)
+            else:
+                # Not after every step: `tell` puts the buffered reader back in step with the raw
+                # one, which would hide a buffer that lost track of where it is.
+                got, exp = f.tell(), ref.tell()
+            assert got == exp, f"step {step}: {op} at {ref.tell()}"
+
+
+def test_mixed_reads_seeks_and_lines_match_a_local_file(s3, bucket):
+    want = b"".join(pattern(46 + i, 1 + (i * 7919) % (CS // 2)) + b"\n" for i in range(60))
+    s3.put_object(Bucket=bucket, Key="mixed", Body=want)
+    url = f"obs://{bucket}/mixed"
+    _mixed_reads_match_a_local_file(url, want, 1)  # cold
+    _mixed_reads_match_a_local_file(url, want, 2)  # warm
+
+
+@pytest.mark.proxy_only
+def test_reads_of_pinned_chunks_go_straight_into_their_bytes_and_match_a_local_file(s3, bucket, fleet):
+    want = b"".join(pattern(146 + i, 1 + (i * 7919) % (CS // 2)) + b"\n" for i in range(60))
+    s3.put_object(Bucket=bucket, Key="pinned", Body=want)
+    url = f"obs://{bucket}/pinned"
+    chunks = -(-len(want) // CS)
+    assert mox.file.read(url, binary=True) == want
+    fleet.wait_cached(chunks)
+    # Read whole (direct reads, reported) until every chunk is read from a pin.
+    deadline = time.time() + 20
+    while True:
+        before = mox.stats()["direct_pinned"]
+        assert mox.file.read(url, binary=True) == want
+        if mox.stats()["direct_pinned"] - before == chunks:
+            break
+        assert time.time() < deadline, "the chunks were never pinned"
+        time.sleep(0.05)
+    before = mox.stats()
+    _mixed_reads_match_a_local_file(url, want, 3)
+    after = mox.stats()
+    assert after["direct_pinned"] > before["direct_pinned"], "no read was served from a pin"
+    assert after["direct_corrupt"] == before["direct_corrupt"]
+    # A file read in whole chunks reads every chunk once, each from its pin, with no proxy.
+    before = mox.stats()
+    with mox.file.File(url, "rb") as f:
+        got = b"".join(iter(lambda: f.read(CS), b""))
+    assert got == want
+    after = mox.stats()
+    assert after["direct_pinned"] - before["direct_pinned"] == chunks, (before, after)
+    assert after["direct_hits"] - before["direct_hits"] == chunks, (before, after)

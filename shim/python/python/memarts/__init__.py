@@ -26,8 +26,10 @@ def stats():
     ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``; and this
     process's direct reads (warm chunks read straight from their files, with no request to a proxy;
     the slots count them in ``hits`` once reported, which this call does first): ``direct_hits``,
-    ``direct_bytes``, ``direct_fallbacks`` (looked for on disk, read through a proxy) and
-    ``direct_corrupt`` (files that failed their checks: never served, refetched)."""
+    ``direct_bytes``, ``direct_fallbacks`` (looked for on disk, read through a proxy),
+    ``direct_corrupt`` (files that failed their checks: never served, refetched) and
+    ``direct_pinned`` (of the hits, chunks their slot held pinned: locked in memory and checked
+    once, so not checked again)."""
     return file._fleet().stats()
 
 

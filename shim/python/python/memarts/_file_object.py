@@ -130,25 +130,58 @@ class Spool(io.FileIO):
         self.close()
 
 
+_OWN_ATTRS = frozenset({"_stream", "_raw", "_direct_min", "_buffer"})
+
+
 class MoxFile:
     """What ``File`` returns: the buffered (binary) or text stream, with MoXing's extras ``size()``,
     ``mode`` (as given) and ``name`` (the URL). Iterating gives lines; ``with`` closes it, and for a
     file being written, leaving the block on an exception uploads nothing."""
 
-    def __init__(self, stream, raw, name, mode):
+    def __init__(self, stream, raw, name, mode, direct_min=None):
         self._stream = stream
         self._raw = raw
         self.name = name
         self.mode = mode
+        # Binary reads of an object: reads of at least `direct_min` bytes (or of the rest) skip the
+        # buffer when it holds nothing, and fill their `bytes` straight from the shim (`read`).
+        self._direct_min = direct_min
+        # Whether the buffered reader holds nothing: "empty" (and knows where the raw reader is),
+        # "behind" (empty, but the raw reader moved on with reads that went around it), or
+        # "unknown" (it was used since).
+        self._buffer = "empty"
 
     def __getattr__(self, attr):
+        if attr in _OWN_ATTRS:  # not set yet (an object made without __init__): not the stream's
+            raise AttributeError(attr)
+        self._use_buffer()
         return getattr(self._stream, attr)
 
     def __iter__(self):
+        self._use_buffer()
         return iter(self._stream)
 
     def __next__(self):
+        self._use_buffer()
         return next(self._stream)
+
+    def read(self, size=-1):
+        if self._direct_min is not None and (size is None or size < 0 or size >= self._direct_min):
+            if self._buffer != "unknown" or self._stream.tell() == self._raw.tell():
+                # Nothing buffered: the raw reader fills the `bytes` returned straight from the
+                # shim, where the buffered reader would have it read whole chunks into a `bytes` of
+                # its own and copy them into another (`readinto`): two copies for a local file's one.
+                self._buffer = "behind"
+                return self._raw.read(-1 if size is None else size)
+        self._use_buffer()
+        return self._stream.read(size)
+
+    def _use_buffer(self):
+        """Before the buffered reader is used: tells it where the raw reader is, if reads went
+        around it (a seek to where it is: its buffer is empty, so that reads nothing)."""
+        if self._buffer == "behind" and not self._stream.closed:
+            self._stream.seek(self._raw.tell())
+        self._buffer = "unknown"
 
     def __enter__(self):
         return self
@@ -186,7 +219,9 @@ def open_object(fleet, url, mode, encoding=None, errors=None, newline=None):
     if kind == "r" and not plus:
         raw = ObjectReader(fleet, url)
         stream = io.BufferedReader(raw, buffer_size=fleet.chunk_size)
+        direct_min = min(64 << 10, fleet.chunk_size) if binary else None
     else:
+        direct_min = None
         try:
             fleet.stat(url)
             existed = True
@@ -203,7 +238,7 @@ def open_object(fleet, url, mode, encoding=None, errors=None, newline=None):
             stream = io.BufferedWriter(raw, buffer_size=8 << 20)
     if not binary:
         stream = io.TextIOWrapper(stream, encoding=encoding or "utf-8", errors=errors, newline=newline)
-    return MoxFile(stream, raw, url, mode)
+    return MoxFile(stream, raw, url, mode, direct_min)
 
 
 def open_local(path, mode, encoding=None, errors=None, newline=None, buffering=-1):
