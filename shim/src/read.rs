@@ -305,15 +305,9 @@ impl Client {
         index: u64,
         write: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
     ) -> Option<std::io::Result<()>> {
-        let direct = self.direct.as_ref()?;
-        let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;
-        let cs = self.cfg.chunk_size;
-        let start = index.checked_mul(cs).filter(|&s| s < meta.size)?;
-        let len = usize::try_from((meta.size - start).min(cs)).ok()?;
-        let parsed = parse(url).ok()?;
-        let slot = chunk_owner(&parsed, cs, index, self.slots());
-        let chunk = ChunkName { url: &parsed, etag, chunk_size: cs, index };
-        let written = direct.write_mapped_chunk(chunk, slot, len, write)?;
+        let written = self.with_direct_chunk(url, meta, index, |d, chunk, slot, len| {
+            d.write_mapped_chunk(chunk, slot, len, write)
+        })?;
         self.after_direct_read();
         Some(written)
     }
@@ -321,6 +315,19 @@ impl Client {
     /// Chunk `index` of the version `meta` of `url`, opened for reads of parts of it when its slot
     /// holds it pinned (`Direct::open_pinned`).
     pub(crate) fn open_pinned_chunk(&self, url: &str, meta: &ObjectMeta, index: u64) -> Option<PinnedChunk> {
+        self.with_direct_chunk(url, meta, index, |d, chunk, slot, len| d.open_pinned(chunk, slot, len))
+    }
+
+    /// `f` of the direct-read state, chunk `index` of the version `meta` of `url`, its owning slot
+    /// and its length; `None` when direct reads are off, the version has no ETag or the chunk is
+    /// past the end.
+    fn with_direct_chunk<T>(
+        &self,
+        url: &str,
+        meta: &ObjectMeta,
+        index: u64,
+        f: impl FnOnce(&crate::direct::Direct, ChunkName<'_>, u32, usize) -> Option<T>,
+    ) -> Option<T> {
         let direct = self.direct.as_ref()?;
         let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;
         let cs = self.cfg.chunk_size;
@@ -328,8 +335,7 @@ impl Client {
         let len = usize::try_from((meta.size - start).min(cs)).ok()?;
         let parsed = parse(url).ok()?;
         let slot = chunk_owner(&parsed, cs, index, self.slots());
-        let chunk = ChunkName { url: &parsed, etag, chunk_size: cs, index };
-        direct.open_pinned(chunk, slot, len)
+        f(direct, ChunkName { url: &parsed, etag, chunk_size: cs, index }, slot, len)
     }
 
     /// Chunk `index` of the target straight from its file, when direct reads are on (see
