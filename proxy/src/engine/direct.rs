@@ -20,7 +20,7 @@ impl Engine {
     }
 
     /// Pins chunks read directly from now on, at most `budget` bytes of them, publishing them in a
-    /// table at `path` (`pins.rs`), and counts the reads noted there every [`PINNED_READS_EVERY`]
+    /// table at `path` (`pins.rs`), and counts the reads noted there every `PINNED_READS_EVERY`
     /// on the caller's runtime. Once per engine.
     pub fn publish_pins(self: &Arc<Self>, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
         let pins = super::pins::Pins::create(path, budget)?;
@@ -63,7 +63,7 @@ impl Engine {
 
     /// Counts the reads shims noted in the pin table since the last call (reads of pinned chunks
     /// are noted there, not reported: `memarts_protocol::pin_table`), as [`Engine::touched`] counts
-    /// reported ones: every [`PINNED_READS_EVERY`], and before the counters are shown
+    /// reported ones: every `PINNED_READS_EVERY`, and before the counters are shown
     /// ([`Engine::status`]). Returns how many reads were counted.
     pub fn count_pinned_reads(&self) -> u64 {
         let Some(pins) = self.pins.get() else { return 0 };
