@@ -39,13 +39,12 @@ impl Stream {
     fn read<'py>(&mut self, py: Python<'py>, n: i64) -> PyResult<Bound<'py, PyBytes>> {
         let stream = self.open_inner()?;
         let left = stream.size().saturating_sub(stream.position());
-        let len = usize::try_from(if n < 0 { left } else { left.min(n as u64) })
-            .map_err(|_| PyValueError::new_err("read too large for this platform"))?;
+        let too_large = |_| PyValueError::new_err("read too large for this platform");
+        let len = usize::try_from(if n < 0 { left } else { left.min(n as u64) }).map_err(too_large)?;
         if len == 0 {
             return Ok(PyBytes::new(py, b""));
         }
-        let too_large = || PyValueError::new_err("read too large for this platform");
-        let (obj, ptr) = uninit_bytes(py, isize::try_from(len).map_err(|_| too_large())?)
+        let (obj, ptr) = uninit_bytes(py, isize::try_from(len).map_err(too_large)?)
             .ok_or_else(|| PyMemoryError::new_err(format!("cannot allocate {len} bytes")))?;
         // SAFETY: `ptr` is the `len`-byte buffer of `obj`, which we hold and no Python code has seen
         // yet, so nothing else reads or writes it while the GIL is released.
