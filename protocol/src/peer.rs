@@ -1,41 +1,88 @@
-//! The peer protocol: chunk reads between the nodes of a cluster pool, over TCP, framed exactly as
-//! the Unix-socket protocol ([`crate::frame`], its limits checked before any allocation).
+//! The peer protocol: chunk reads between the nodes of a cluster pool, over TCP.
 //!
-//! A connection opens with the server's [`PeerChallenge`] (a fresh nonce); the client answers with
-//! [`PeerRequest::Hello`]: its node id, its own nonce, and a proof (an HMAC over both nonces and its
-//! id, keyed by the cluster secret); the server answers [`PeerResponse::Welcome`] with its own proof
-//! over the nonces and its id, so each side knows the other holds the secret before a request is
-//! parsed (S6). Then one request and one response at a time, as on the Unix socket. The listener
-//! serves chunk reads and its counters only: no uploads, no deletes, no metadata of its own.
+//! ```text
+//! server -> client   PeerChallenge { protocol_version, nonce }        a checked frame, in clear
+//! client -> server   PeerRequest::Hello { protocol_version }          a checked frame, in clear; its
+//!                    payload: Noise `-> psk, e` sealing a PeerHello   payload is the Noise message
+//! server -> client   PeerResponse::Welcome, payload: Noise `<- e, ee` sealing a PeerWelcome
+//!                    (or PeerResponse::Refused, no payload, and the server closes)
+//! then, both ways    sealed frames: records of [u16 big-endian length][Noise transport message]
+//! ```
 //!
-//! Enum variants are append-only, as in [`crate::message`].
+//! The handshake is [`PEER_NOISE`]: both sides prove they hold the cluster secret (the pre-shared key
+//! is derived from it) and agree on keys fresh to this connection (ephemeral X25519), so a recorded
+//! connection cannot be decrypted later, even with the secret. The prologue binds the server's
+//! challenge, so a recorded `Hello` cannot be replayed into another connection (S6, S8).
+//!
+//! After the handshake every frame is sealed: its plaintext is a frame of [`crate::frame::encode`]
+//! (head and message) followed by its payload, cut into records of at most [`SEALED_RECORD_MAX`]
+//! plaintext bytes; a frame starts a new record, and its message and its payload never share one.
+//! Each record is an AES-256-GCM message under the direction's key with a counter nonce: a flipped,
+//! replayed, reordered, dropped or injected record fails to open, and the connection ends (counted).
+//! Then one request and one response at a time, as on the Unix socket. The listener serves chunk
+//! reads of object-store URLs, first reads and its counters only: no uploads, no deletes, no local
+//! paths (S7).
+//!
+//! Enum variants are append-only within a protocol version, as in [`crate::message`].
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
 use crate::message::{ChunkReply, ChunkRequest, FirstRequest, ObjectMeta};
 
-/// The peer protocol version this build speaks.
-pub const PEER_PROTOCOL_VERSION: u32 = 2;
+/// The peer protocol version this build speaks. 3: the Noise handshake and sealed frames (2 was an
+/// HMAC challenge and response, then frames in clear).
+pub const PEER_PROTOCOL_VERSION: u32 = 3;
 
-/// Bytes of a nonce and of a proof (HMAC-SHA256).
+/// Bytes of the server's challenge nonce.
 pub const PEER_NONCE_LEN: usize = 32;
 
-/// The first frame of every peer connection, from the server.
+/// The Noise protocol of the handshake and the sealed frames.
+pub const PEER_NOISE: &str = "Noise_NNpsk0_25519_AESGCM_SHA256";
+
+/// Most bytes of one Noise message (the Noise specification's limit), and of its tag.
+pub const NOISE_MESSAGE_MAX: usize = 65535;
+pub const NOISE_TAG_LEN: usize = 16;
+
+/// Most plaintext bytes of one sealed record.
+pub const SEALED_RECORD_MAX: usize = NOISE_MESSAGE_MAX - NOISE_TAG_LEN;
+
+/// Bytes of a record's length prefix (big-endian).
+pub const SEALED_LEN_PREFIX: usize = 2;
+
+/// The first frame of every peer connection, from the server, in clear.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerChallenge {
     pub protocol_version: u32,
     pub nonce: [u8; PEER_NONCE_LEN],
 }
 
+/// What the client's first Noise message seals: who it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerHello {
+    pub node: String,
+}
+
+/// What the server's Noise answer seals: who it is, and which of its slots answers (slot `k`
+/// listens on the node's port + `k`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerWelcome {
+    pub node: String,
+    pub slot: u32,
+    pub slots: u32,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PeerRequest {
-    /// Must be the first frame from the client. Variant 0 forever.
-    Hello { protocol_version: u32, node: String, nonce: [u8; PEER_NONCE_LEN], proof: [u8; PEER_NONCE_LEN] },
-    /// One chunk, served from the server's cache or filled from the origin by its single flight;
-    /// answered with `Chunk` (its bytes as the payload) or `Error`. Never forwarded to another node.
+    /// The client's first frame (in clear); its payload is the Noise message sealing a
+    /// [`PeerHello`]. Variant 0 forever.
+    Hello { protocol_version: u32 },
+    /// One chunk of an object-store object, served from the server's cache or filled from the
+    /// origin by its single flight; answered with `Chunk` (its bytes as the payload) or `Error`.
+    /// Never forwarded to another node. `recheck` is ignored.
     ReadChunk(ChunkRequest),
     /// An object's metadata and chunk 0 from the node that owns chunk 0; answered with `First`.
+    /// `refresh` is ignored.
     ReadFirst(FirstRequest),
     /// The slot's cluster counters and view of the members; answered with `Status`.
     Status,
@@ -43,23 +90,22 @@ pub enum PeerRequest {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum PeerResponse {
-    /// The server's proof; `slot` of `slots` answers (slot `k` listens on the node's port + `k`).
-    Welcome {
-        node: String,
-        slot: u32,
-        slots: u32,
-        proof: [u8; PEER_NONCE_LEN],
-    },
-    /// The client was not let in (wrong secret, unknown version, not a member); the server closes.
+    /// The server's answer to `Hello` (in clear); its payload is the Noise message sealing a
+    /// [`PeerWelcome`].
+    Welcome,
+    /// The client was not let in (wrong secret, unknown version, not a member); in clear, and the
+    /// server closes.
     Refused(WireError),
     /// A chunk; its bytes follow as the payload (`body` is always inline on this protocol).
     Chunk(ChunkReply),
     /// A request that failed, typed as on the Unix socket.
     Error(WireError),
-    /// Answer to `ReadFirst`: the metadata, and chunk 0 (as `Chunk`, bytes in the payload) unless the
-    /// object is empty.
+    /// Answer to `ReadFirst`: the metadata, how long ago the origin last confirmed it (the
+    /// receiving node trusts it only for what is left of its own TTL), and chunk 0 (as `Chunk`,
+    /// bytes in the payload) unless the object is empty.
     First {
         meta: ObjectMeta,
+        confirmed_ms_ago: u64,
         chunk: Option<ChunkReply>,
     },
     Status(ClusterStatus),
@@ -109,4 +155,9 @@ pub struct ClusterStatus {
     /// Peer connections refused (wrong secret, garbage, too many) before a request was parsed.
     pub refused_connections: u64,
     pub members: Vec<MemberStatus>,
+    /// Requests of members this slot refused: local paths, anything but an object-store URL (S7).
+    pub refused_requests: u64,
+    /// Peer connections ended because a sealed record failed to open (flipped, replayed,
+    /// reordered, injected: S8), on either side.
+    pub forged_frames: u64,
 }

@@ -7,6 +7,7 @@
 //! holders cannot wait on each other. (A filled chunk's reply to a client that reads slowly is
 //! bounded per connection and in time by the I/O timeout, not by this budget.)
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -20,7 +21,8 @@ const UNIT: u64 = 1024;
 #[derive(Debug, Clone)]
 pub struct MemoryBudget {
     sem: Arc<Semaphore>,
-    units: u32,
+    /// The budget's size, in units (less what [`MemoryBudget::split_off`] took).
+    units: Arc<AtomicU32>,
 }
 
 /// A share of the budget, given back when dropped.
@@ -30,13 +32,26 @@ pub struct Held(#[allow(dead_code)] OwnedSemaphorePermit);
 impl MemoryBudget {
     pub fn new(bytes: u64) -> MemoryBudget {
         let units = bytes.div_ceil(UNIT).clamp(1, u64::from(u32::MAX >> 4)) as u32;
-        MemoryBudget { sem: Arc::new(Semaphore::new(units as usize)), units }
+        MemoryBudget { sem: Arc::new(Semaphore::new(units as usize)), units: Arc::new(AtomicU32::new(units)) }
+    }
+
+    /// Takes `bytes` of this budget (at most all of it but one unit) for good, as a budget of their
+    /// own: one kind of holder (a slot's replies to peers) can then never take what another (its
+    /// fills) needs to finish, so holders of one that wait on the other cannot wait forever. For
+    /// start-up, while nothing is held: what is held now is not taken.
+    pub fn split_off(&self, bytes: u64) -> MemoryBudget {
+        let units = self.units.load(Ordering::Relaxed);
+        let want = bytes.div_ceil(UNIT).min(u64::from(units.saturating_sub(1))) as usize;
+        let taken = self.sem.forget_permits(want) as u32;
+        self.units.fetch_sub(taken, Ordering::Relaxed);
+        MemoryBudget::new(u64::from(taken) * UNIT)
     }
 
     /// Waits until `bytes` fit, and holds them. A request larger than the whole budget holds all of
     /// it, so it still runs, alone.
     pub async fn hold(&self, bytes: u64) -> Held {
-        let want = bytes.div_ceil(UNIT).clamp(1, u64::from(self.units)) as u32;
+        let units = self.units.load(Ordering::Relaxed);
+        let want = bytes.div_ceil(UNIT).clamp(1, u64::from(units)) as u32;
         // The semaphore is never closed, so acquiring cannot fail.
         Held(self.sem.clone().acquire_many_owned(want).await.expect("the budget is never closed"))
     }
@@ -72,5 +87,16 @@ mod tests {
         let budget = MemoryBudget::new(10 * UNIT);
         let _all = budget.hold(1 << 30).await;
         assert_eq!(budget.free(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_budget_split_off_is_taken_from_the_whole_and_each_part_clamps_to_its_own_size() {
+        let budget = MemoryBudget::new(100 * UNIT);
+        let peers = budget.split_off(40 * UNIT);
+        assert_eq!((budget.free(), peers.free()), (60 * UNIT, 40 * UNIT));
+        // A hold larger than what is left runs alone within its part, and never waits for the other.
+        let _fills = budget.hold(1 << 30).await;
+        let _replies = peers.hold(1 << 30).await;
+        assert_eq!((budget.free(), peers.free()), (0, 0));
     }
 }

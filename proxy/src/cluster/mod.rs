@@ -9,7 +9,8 @@
 //! - `members.rs`: who is in the cluster ([`Member`], [`Roster`]).
 //! - `ring.rs`: which node owns a chunk, and who takes over.
 //! - `liveness.rs`: which members reads go to now (alive, suspect, down).
-//! - `auth.rs`: the challenge and response over the cluster secret.
+//! - `auth.rs`: the handshake over the cluster secret (Noise, pre-shared key); `sealed.rs`: every
+//!   frame after it, encrypted and authenticated in order.
 //! - `peer_client.rs`: reads from other nodes, checked; `peer_server.rs`: this slot's listener.
 //! - `roster_snapshot.rs`: the last known roster on disk ([`save_snapshot`], [`load_snapshot`],
 //!   [`keep_saving`]), to start from when etcd is unreachable.
@@ -37,6 +38,7 @@ pub mod peer_client;
 pub mod peer_server;
 mod ring;
 pub mod roster_snapshot;
+pub mod sealed;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -64,6 +66,35 @@ pub struct ClusterStats {
     pub served_chunks: AtomicU64,
     pub served_bytes: AtomicU64,
     pub refused_connections: AtomicU64,
+    /// Members' requests refused: anything but an object-store URL (S7).
+    pub refused_requests: AtomicU64,
+    /// Connections this listener ended on a record that failed to open (S8); the client side
+    /// counts its own in [`PeerClient::forged`].
+    pub forged_frames: AtomicU64,
+}
+
+/// A warning that is logged at most once per [`LogLimit::EVERY`], saying how many were not.
+#[derive(Default)]
+pub struct LogLimit {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl LogLimit {
+    pub const EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+    /// Calls `log` with the number of warnings not logged since the last one, unless one was
+    /// logged within [`LogLimit::EVERY`].
+    pub fn note(&self, log: impl FnOnce(u64)) {
+        use std::sync::atomic::Ordering;
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|t| t.elapsed() < Self::EVERY) {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(std::time::Instant::now());
+        log(self.suppressed.swap(0, Ordering::Relaxed));
+    }
 }
 
 /// One slot's part of the cluster: the plan it joined with, the roster, the liveness of the members,
@@ -76,6 +107,8 @@ pub struct Cluster {
     liveness: Liveness,
     pub peers: PeerClient,
     pub stats: ClusterStats,
+    /// Warnings of members' refused requests.
+    pub refusals: LogLimit,
     /// Keeps the membership (the etcd session) alive as long as the slot.
     _membership: Keep,
 }
@@ -250,6 +283,7 @@ impl Cluster {
             slots,
             roster,
             stats: ClusterStats::default(),
+            refusals: LogLimit::default(),
             _membership: membership,
         });
         tokio::spawn(probe_suspects(Arc::downgrade(&cluster)));

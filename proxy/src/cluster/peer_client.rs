@@ -1,44 +1,51 @@
-//! Reads from other nodes: a pool of authenticated TCP connections per (node, slot), each request
-//! sent to the slot that owns the chunk on that node (its slot count comes with every handshake), and
-//! every reply checked before it is used (C3): the exact length of the chunk's range, and the CRC32C
-//! of the bytes received, computed here.
+//! Reads from other nodes: a pool of sealed TCP connections per (node, slot) (`auth.rs`,
+//! `sealed.rs`), each request sent to the slot that owns the chunk on that node (its slot count
+//! comes with every handshake), and every reply checked before it is used (C3): the exact length
+//! of the chunk's range, and the CRC32C of the bytes received, computed here.
 //!
-//! A failure to reach or hear from a peer in time is [`PeerError::Unreachable`], which the engine
-//! routes around; a typed answer of the peer (the object is gone, or changed) is the read's answer.
+//! A failure to reach or hear from a peer in time is [`PeerError::Unreachable`], a reply that fails
+//! to open (tampered with on the way) [`PeerError::Forged`]; the engine routes around both. A typed
+//! answer of the peer (the object is gone, or changed) is the read's answer.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use memarts_protocol::peer::{
-    ClusterStatus, PeerChallenge, PeerRequest, PeerResponse, PEER_PROTOCOL_VERSION,
-};
+use memarts_protocol::peer::{ClusterStatus, PeerRequest, PeerResponse};
 use memarts_protocol::{
-    chunk_owner, frame, owner_slot, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Limits,
+    chunk_owner, owner_slot, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Limits,
     ObjectMeta, ObjectUrl, WireError,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::auth::{nonce, Secret, Side};
+use super::auth::Secret;
 use super::members::Member;
+use super::sealed::{Sealed, SealedError};
 use crate::engine::Fetched;
 
 /// Connections kept per remote slot.
 const POOL_PER_SLOT: usize = 16;
-
-/// What the peer sends before it has proved itself: small frames only.
-pub const HANDSHAKE_LIMITS: Limits = Limits { max_message: 4 << 10, max_payload: 0 };
 
 #[derive(Debug, thiserror::Error)]
 pub enum PeerError {
     /// Refused, reset, timed out, a failed handshake, bytes that do not check out: go elsewhere.
     #[error("peer {node} unreachable: {why}")]
     Unreachable { node: String, why: String },
+    /// A sealed reply that failed to open: tampered with on the way (S8). Go elsewhere, and count it.
+    #[error("peer {node}: {why}")]
+    Forged { node: String, why: String },
     /// The peer's typed answer (not found, changed, refused by the origin...).
     #[error("{0}")]
     Answer(WireError),
+}
+
+/// An answer to `ReadFirst`: the metadata, how long ago the origin confirmed it, and chunk 0.
+pub struct First {
+    pub meta: ObjectMeta,
+    pub confirmed_ago: Duration,
+    pub chunk: Option<Fetched>,
 }
 
 pub struct PeerClient {
@@ -46,9 +53,10 @@ pub struct PeerClient {
     secret: Secret,
     connect_timeout: Duration,
     peer_timeout: Duration,
-    pools: Mutex<HashMap<(String, u32), Vec<TcpStream>>>,
+    pools: Mutex<HashMap<(String, u32), Vec<Sealed>>>,
     /// Each node's slot count, from its last handshake.
     slots: Mutex<HashMap<String, u32>>,
+    forged: AtomicU64,
 }
 
 impl PeerClient {
@@ -60,6 +68,7 @@ impl PeerClient {
             peer_timeout,
             pools: Mutex::default(),
             slots: Mutex::default(),
+            forged: AtomicU64::new(0),
         }
     }
 
@@ -81,11 +90,7 @@ impl PeerClient {
     }
 
     /// An object's metadata and chunk 0 from `member` (the slot owning chunk 0 there).
-    pub async fn read_first(
-        &self,
-        member: &Member,
-        req: &FirstRequest,
-    ) -> Result<(ObjectMeta, Option<Fetched>), PeerError> {
+    pub async fn read_first(&self, member: &Member, req: &FirstRequest) -> Result<First, PeerError> {
         let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
         let url = ObjectUrl::parse(&req.url).map_err(|e| PeerError::Answer(bad_request(e.to_string())))?;
         let slots = self.remote_slots(member).await?;
@@ -93,10 +98,15 @@ impl PeerClient {
         let (response, payload) =
             self.call(member, slot, &PeerRequest::ReadFirst(req.clone()), req.chunk_size).await?;
         match response {
-            PeerResponse::First { meta, chunk: None } => Ok((meta, None)),
-            PeerResponse::First { meta, chunk: Some(reply) } => {
-                let expected = meta.size.min(req.chunk_size);
-                Ok((meta, Some(check(&reply, payload, expected).map_err(unreachable)?)))
+            PeerResponse::First { meta, confirmed_ms_ago, chunk } => {
+                let chunk = match chunk {
+                    Some(reply) => {
+                        let expected = meta.size.min(req.chunk_size);
+                        Some(check(&reply, payload, expected).map_err(unreachable)?)
+                    }
+                    None => None,
+                };
+                Ok(First { meta, confirmed_ago: Duration::from_millis(confirmed_ms_ago), chunk })
             }
             PeerResponse::Error(e) => Err(answer_or_unreachable(member, e)),
             other => Err(unreachable(format!("unexpected answer to ReadFirst: {other:?}"))),
@@ -137,85 +147,58 @@ impl PeerClient {
         let deadline = self.peer_timeout + Duration::from_secs_f64(max_payload as f64 / (16u64 << 20) as f64);
         let pooled = self.checkout(member, slot);
         let fresh = pooled.is_none();
-        let mut stream = match pooled {
+        let mut sealed = match pooled {
             Some(s) => s,
             None => self.connect(member, slot).await?,
         };
-        let mut result = tokio::time::timeout(deadline, exchange(&mut stream, request, max_payload)).await;
+        let mut result =
+            tokio::time::timeout(deadline, self.exchange(&mut sealed, request, max_payload)).await;
         if !fresh && matches!(result, Ok(Err(_))) {
-            // A connection from before the peer restarted: drop it, and the others to that slot.
+            // A connection from before the peer restarted (or one a forged record ended): drop it,
+            // and the others to that slot.
             self.forget(member, slot);
-            stream = self.connect(member, slot).await?;
-            result = tokio::time::timeout(deadline, exchange(&mut stream, request, max_payload)).await;
+            sealed = self.connect(member, slot).await?;
+            result = tokio::time::timeout(deadline, self.exchange(&mut sealed, request, max_payload)).await;
         }
+        let node = member.id.clone();
         match result {
             Ok(Ok(reply)) => {
-                self.checkin(member, slot, stream);
+                self.checkin(member, slot, sealed);
                 Ok(reply)
+            }
+            Ok(Err(SealedError::Forged)) => {
+                self.forget(member, slot);
+                Err(PeerError::Forged { node, why: SealedError::Forged.to_string() })
             }
             Ok(Err(why)) => {
                 self.forget_slots(member);
-                Err(PeerError::Unreachable { node: member.id.clone(), why })
+                Err(PeerError::Unreachable { node, why: why.to_string() })
             }
-            Err(_) => Err(PeerError::Unreachable {
-                node: member.id.clone(),
-                why: format!("no answer within {deadline:?}"),
-            }),
+            Err(_) => Err(PeerError::Unreachable { node, why: format!("no answer within {deadline:?}") }),
         }
     }
 
-    /// Connects to `slot` of `member` and authenticates both ways.
-    async fn connect(&self, member: &Member, slot: u32) -> Result<TcpStream, PeerError> {
+    /// Connects to `slot` of `member` and authenticates both ways (`auth.rs`): a sealed connection
+    /// of its own (tests send what they like on it).
+    pub async fn connect(&self, member: &Member, slot: u32) -> Result<Sealed, PeerError> {
         let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
         let address = slot_address(&member.address, slot).map_err(&unreachable)?;
         let handshake = async {
-            let mut stream =
-                TcpStream::connect(&address).await.map_err(|e| format!("connect {address}: {e}"))?;
+            let stream = TcpStream::connect(&address).await.map_err(|e| format!("connect {address}: {e}"))?;
             stream.set_nodelay(true).map_err(|e| e.to_string())?;
-            let (_, challenge): (_, PeerChallenge) = frame::read_checked_async(&mut stream, HANDSHAKE_LIMITS)
-                .await
-                .map_err(|e| format!("challenge: {e}"))?;
-            if challenge.protocol_version != PEER_PROTOCOL_VERSION {
-                return Err(format!(
-                    "peer speaks peer protocol {}, this node {PEER_PROTOCOL_VERSION}",
-                    challenge.protocol_version
-                ));
+            let (sealed, welcome) =
+                super::auth::client(stream, &self.secret, &self.me).await.map_err(|e| e.to_string())?;
+            if welcome.node != member.id {
+                return Err(format!("{address} answered as {:?}, not {:?}", welcome.node, member.id));
             }
-            let ours = nonce();
-            let proof = self.secret.proof(Side::Client, &challenge.nonce, &ours, &self.me);
-            let hello = PeerRequest::Hello {
-                protocol_version: PEER_PROTOCOL_VERSION,
-                node: self.me.clone(),
-                nonce: ours,
-                proof,
-            };
-            stream
-                .write_all(&frame::encode_checked(&hello, 0).map_err(|e| e.to_string())?)
-                .await
-                .map_err(|e| e.to_string())?;
-            let (_, answer): (_, PeerResponse) = frame::read_checked_async(&mut stream, HANDSHAKE_LIMITS)
-                .await
-                .map_err(|e| format!("welcome: {e}"))?;
-            match answer {
-                PeerResponse::Welcome { node, slots, proof, .. }
-                    if node == member.id
-                        && self.secret.verify(Side::Server, &ours, &challenge.nonce, &node, &proof) =>
-                {
-                    self.slots
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(member.id.clone(), slots.max(1));
-                    Ok(stream)
-                }
-                PeerResponse::Welcome { node, .. } => {
-                    Err(format!("{address} answered as {node:?} without proof of the cluster secret"))
-                }
-                PeerResponse::Refused(e) => Err(format!("refused: {}", e.message)),
-                other => Err(format!("unexpected answer to Hello: {other:?}")),
-            }
+            self.slots
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(member.id.clone(), welcome.slots.max(1));
+            Ok(sealed)
         };
         match tokio::time::timeout(self.connect_timeout, handshake).await {
-            Ok(Ok(stream)) => Ok(stream),
+            Ok(Ok(sealed)) => Ok(sealed),
             Ok(Err(why)) => Err(unreachable(why)),
             Err(_) => {
                 Err(unreachable(format!("no handshake with {address} within {:?}", self.connect_timeout)))
@@ -223,15 +206,40 @@ impl PeerClient {
         }
     }
 
-    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Vec<TcpStream>>> {
+    /// Sends `request`, reads the response and its payload (at most `max_payload` bytes); counts a
+    /// reply that fails to open.
+    async fn exchange(
+        &self,
+        sealed: &mut Sealed,
+        request: &PeerRequest,
+        max_payload: u64,
+    ) -> Result<(PeerResponse, Vec<u8>), SealedError> {
+        sealed.send(request, &[]).await?;
+        let limits = Limits {
+            max_message: Limits::RESPONSE.max_message,
+            max_payload: max_payload.min(u32::MAX.into()) as u32,
+        };
+        let reply = sealed.recv(limits).await;
+        if matches!(reply, Err(SealedError::Forged)) {
+            self.forged.fetch_add(1, Ordering::Relaxed);
+        }
+        reply
+    }
+
+    /// Replies that failed to open (S8), since the slot started.
+    pub fn forged(&self) -> u64 {
+        self.forged.load(Ordering::Relaxed)
+    }
+
+    fn pools(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Vec<Sealed>>> {
         self.pools.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn checkout(&self, member: &Member, slot: u32) -> Option<TcpStream> {
+    fn checkout(&self, member: &Member, slot: u32) -> Option<Sealed> {
         self.pools().get_mut(&(member.id.clone(), slot)).and_then(Vec::pop)
     }
 
-    fn checkin(&self, member: &Member, slot: u32, stream: TcpStream) {
+    fn checkin(&self, member: &Member, slot: u32, stream: Sealed) {
         let mut pools = self.pools();
         let pool = pools.entry((member.id.clone(), slot)).or_default();
         if pool.len() < POOL_PER_SLOT {
@@ -257,30 +265,6 @@ pub fn slot_address(address: &str, slot: u32) -> Result<String, String> {
     let port =
         u16::try_from(u32::from(port) + slot).map_err(|_| format!("no port for slot {slot} of {address}"))?;
     Ok(format!("{host}:{port}"))
-}
-
-/// Sends `request`, reads the response and its payload (at most `max_payload` bytes).
-async fn exchange(
-    stream: &mut TcpStream,
-    request: &PeerRequest,
-    max_payload: u64,
-) -> Result<(PeerResponse, Vec<u8>), String> {
-    stream
-        .write_all(&frame::encode_checked(request, 0).map_err(|e| e.to_string())?)
-        .await
-        .map_err(|e| e.to_string())?;
-    let limits = Limits {
-        max_message: Limits::RESPONSE.max_message,
-        max_payload: max_payload.min(u32::MAX.into()) as u32,
-    };
-    let (head, response): (_, PeerResponse) =
-        frame::read_checked_async(stream, limits).await.map_err(|e| e.to_string())?;
-    let mut payload = vec![0u8; head.payload_len as usize];
-    stream
-        .read_exact(&mut payload)
-        .await
-        .map_err(|e| format!("reading {} payload bytes: {e}", head.payload_len))?;
-    Ok((response, payload))
 }
 
 /// The chunk a peer sent, if it is exactly what was asked for: an inline body of `expected` bytes

@@ -1,25 +1,27 @@
 //! The peer listener of a slot: `host:port + slot` of this node's peer address. Before a single
 //! request is parsed, the client must prove it holds the cluster secret and name a registered member
-//! (S6); frames are bounded as on the Unix socket. It serves chunk reads (from this slot's cache, or
-//! filled from the origin by its single flight: never forwarded), first reads and its counters: no
-//! uploads, no deletes, no local paths. Strangers, wrong secrets, garbage, oversized frames and
-//! silent clients are refused, counted and logged, within a connection limit and timeouts, while
-//! members keep being served.
+//! (S6, `auth.rs`); then every frame is sealed (S8, `sealed.rs`) and bounded as on the Unix socket.
+//! It serves chunk reads of object-store URLs (from this slot's cache, or filled from the origin by
+//! its single flight: never forwarded), first reads and its counters: no uploads, no deletes, no
+//! local paths, no `recheck` (S7, `engine/peers.rs`). A reply holds its bytes in the slot's share of
+//! the memory budget for peers from before they are read until they are sent, so members that ask
+//! and do not read wait for room instead of taking memory. Strangers, wrong secrets, garbage,
+//! oversized frames, forged records and silent clients are refused, counted and logged, within a
+//! connection limit and timeouts, while members keep being served.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use memarts_protocol::peer::{PeerChallenge, PeerRequest, PeerResponse, PEER_PROTOCOL_VERSION};
-use memarts_protocol::{frame, ChunkBody, ChunkReply, ErrorCode, FrameError, Limits, WireError};
+use memarts_protocol::peer::{PeerRequest, PeerResponse, PeerWelcome};
+use memarts_protocol::{frame, ChunkBody, ChunkReply, ErrorCode, Limits, WireError};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::auth::{nonce, Side};
-use super::peer_client::HANDSHAKE_LIMITS;
+use super::sealed::{Sealed, SealedError};
 use super::Cluster;
 use crate::engine::{Engine, Fetched};
 
@@ -107,17 +109,24 @@ async fn connection(
     proved: impl FnOnce(),
 ) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let welcome = |node: &str| {
+        if node == cluster.plan.me.id || cluster.roster().member(node).is_none() {
+            return Err(format!("{node:?} is not a member of this cluster"));
+        }
+        Ok(PeerWelcome { node: cluster.plan.me.id.clone(), slot: cluster.slot, slots: cluster.slots })
+    };
     let shaken = tokio::select! {
         _ = drain.cancelled() => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
             return Err("dropped in its handshake to make room".into());
         }
-        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, cluster)) => r,
+        r = tokio::time::timeout(HANDSHAKE_TIMEOUT, super::auth::server(&mut stream, &cluster.plan.secret, welcome)) => r,
     };
-    let peer = match shaken {
-        Ok(Ok(node)) => node,
+    let (noise, peer) = match shaken {
+        Ok(Ok(shaken)) => shaken,
         Ok(Err(why)) => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
+            let why = why.to_string();
             tracing::warn!("peer refused: {why}");
             let refused = PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, why.clone()));
             if let Ok(bytes) = frame::encode_checked(&refused, 0) {
@@ -132,113 +141,85 @@ async fn connection(
         }
     };
     proved();
+    let mut sealed = Sealed::new(stream, noise);
     let Ok(_permit) = members.clone().try_acquire_owned() else {
         cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
         let busy = WireError::new(ErrorCode::Unavailable, "too many peer connections to this slot");
-        let _ = send(&mut stream, &PeerResponse::Error(busy), &[]).await;
+        let _ = send(&mut sealed, &PeerResponse::Error(busy), &[]).await;
         return Err(format!("{peer}: too many member connections"));
     };
+    let replies = engine.peer_reply_budget();
     loop {
         let next = tokio::select! {
             _ = drain.cancelled() => return Ok(()),
-            r = tokio::time::timeout(IDLE_TIMEOUT, frame::read_checked_async::<PeerRequest, _>(&mut stream, Limits::REQUEST)) => r,
+            r = tokio::time::timeout(IDLE_TIMEOUT, sealed.recv::<PeerRequest>(Limits::REQUEST)) => r,
         };
         let request = match next {
             Err(_) => return Ok(()),
-            Ok(Err(FrameError::Closed)) => return Ok(()),
+            Ok(Err(SealedError::Closed)) => return Ok(()),
+            Ok(Err(SealedError::Forged)) => {
+                cluster.stats.forged_frames.fetch_add(1, Ordering::Relaxed);
+                return Err(format!("{peer}: {}", SealedError::Forged));
+            }
             Ok(Err(e)) => {
-                let _ = send(
-                    &mut stream,
-                    &PeerResponse::Error(WireError::new(ErrorCode::BadRequest, e.to_string())),
-                    &[],
-                )
-                .await;
+                let bad = PeerResponse::Error(WireError::new(ErrorCode::BadRequest, e.to_string()));
+                let _ = send(&mut sealed, &bad, &[]).await;
                 return Err(format!("{peer}: {e}"));
             }
-            Ok(Ok((head, _))) if head.payload_len > 0 => {
+            Ok(Ok((_, payload))) if !payload.is_empty() => {
                 return Err(format!("{peer}: a request with a payload"))
             }
-            Ok(Ok((_, request))) => request,
+            Ok(Ok((request, _))) => request,
         };
         match request {
             PeerRequest::Hello { .. } => return Err(format!("{peer}: Hello twice")),
-            PeerRequest::ReadChunk(req) => match engine.serve_peer_chunk(&req).await {
-                Ok(f) => {
-                    cluster.stats.served_chunks.fetch_add(1, Ordering::Relaxed);
-                    cluster.stats.served_bytes.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                    send(&mut stream, &PeerResponse::Chunk(inline(&f)), &f.data).await?
+            PeerRequest::ReadChunk(req) => {
+                // The reply's bytes, in the budget from before they are read until they are sent.
+                let _held = replies.hold(req.range().map_or(0, |r| r.end - r.start)).await;
+                match engine.serve_peer_chunk(&peer, &req).await {
+                    Ok(f) => {
+                        count_served(cluster, &f);
+                        send(&mut sealed, &PeerResponse::Chunk(inline(&f)), &f.data).await?
+                    }
+                    Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
-                Err(e) => send(&mut stream, &PeerResponse::Error(e), &[]).await?,
-            },
-            PeerRequest::ReadFirst(req) => match engine.serve_peer_first(&req).await {
-                Ok((meta, Some(f))) => {
-                    cluster.stats.served_chunks.fetch_add(1, Ordering::Relaxed);
-                    cluster.stats.served_bytes.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                    send(&mut stream, &PeerResponse::First { meta, chunk: Some(inline(&f)) }, &f.data).await?
+            }
+            PeerRequest::ReadFirst(req) => {
+                let _held = replies.hold(req.chunk_size).await;
+                match engine.serve_peer_first(&peer, &req).await {
+                    Ok(first) => {
+                        let chunk = first.chunk.as_ref();
+                        if let Some(f) = chunk {
+                            count_served(cluster, f);
+                        }
+                        let reply = PeerResponse::First {
+                            meta: first.meta,
+                            confirmed_ms_ago: first.confirmed_ago.as_millis() as u64,
+                            chunk: chunk.map(inline),
+                        };
+                        send(&mut sealed, &reply, chunk.map_or(&[][..], |f| &f.data)).await?
+                    }
+                    Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
-                Ok((meta, None)) => {
-                    send(&mut stream, &PeerResponse::First { meta, chunk: None }, &[]).await?
-                }
-                Err(e) => send(&mut stream, &PeerResponse::Error(e), &[]).await?,
-            },
+            }
             PeerRequest::Status => {
-                send(&mut stream, &PeerResponse::Status(engine.cluster_status()), &[]).await?
+                send(&mut sealed, &PeerResponse::Status(engine.cluster_status()), &[]).await?
             }
         }
     }
 }
 
-/// The challenge, the client's proof, and ours; returns the client's node id.
-async fn handshake(stream: &mut TcpStream, cluster: &Cluster) -> Result<String, String> {
-    let ours = nonce();
-    let challenge = PeerChallenge { protocol_version: PEER_PROTOCOL_VERSION, nonce: ours };
-    send(stream, &challenge, &[]).await?;
-    let (head, hello) = frame::read_checked_async::<PeerRequest, _>(stream, HANDSHAKE_LIMITS)
-        .await
-        .map_err(|e| format!("bad first frame: {e}"))?;
-    let PeerRequest::Hello { protocol_version, node, nonce: theirs, proof } = hello else {
-        return Err("the first frame is not Hello".into());
-    };
-    if head.payload_len > 0 {
-        return Err("Hello with a payload".into());
-    }
-    if protocol_version != PEER_PROTOCOL_VERSION {
-        return Err(format!(
-            "{node:?} speaks peer protocol {protocol_version}, this node {PEER_PROTOCOL_VERSION}"
-        ));
-    }
-    if !cluster.plan.secret.verify(Side::Client, &ours, &theirs, &node, &proof) {
-        return Err(format!("{node:?} did not prove it holds the cluster secret"));
-    }
-    if node == cluster.plan.me.id || cluster.roster().member(&node).is_none() {
-        return Err(format!("{node:?} is not a member of this cluster"));
-    }
-    let proof = cluster.plan.secret.proof(Side::Server, &theirs, &ours, &cluster.plan.me.id);
-    let welcome = PeerResponse::Welcome {
-        node: cluster.plan.me.id.clone(),
-        slot: cluster.slot,
-        slots: cluster.slots,
-        proof,
-    };
-    send(stream, &welcome, &[]).await?;
-    Ok(node)
+fn count_served(cluster: &Cluster, f: &Fetched) {
+    cluster.stats.served_chunks.fetch_add(1, Ordering::Relaxed);
+    cluster.stats.served_bytes.fetch_add(f.data.len() as u64, Ordering::Relaxed);
 }
 
 fn inline(f: &Fetched) -> ChunkReply {
     ChunkReply { len: f.data.len() as u64, crc32c: f.crc32c, body: ChunkBody::Inline, from_cache: true }
 }
 
-async fn send<T: serde::Serialize>(
-    stream: &mut TcpStream,
-    message: &T,
-    payload: &[u8],
-) -> Result<(), String> {
-    let head = frame::encode_checked(message, payload.len()).map_err(|e| e.to_string())?;
-    let write = async {
-        stream.write_all(&head).await?;
-        stream.write_all(payload).await
-    };
-    match tokio::time::timeout(IO_TIMEOUT, write).await {
+async fn send<T: serde::Serialize>(sealed: &mut Sealed, message: &T, payload: &[u8]) -> Result<(), String> {
+    match tokio::time::timeout(IO_TIMEOUT, sealed.send(message, payload)).await {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err("sending a reply timed out".into()),
     }

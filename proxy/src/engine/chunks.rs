@@ -56,7 +56,8 @@ impl Engine {
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let peer_req = (route && self.cluster().is_some()).then(|| req.clone());
+        // In a cluster, from the node that owns it: object-store objects only (`peers.rs`).
+        let peer_req = (route && self.cluster().is_some() && super::peers::pooled(&url)).then(|| req.clone());
         // Counted for admission here, unless another node may own it: then only once the turn to
         // fill it comes to this node (below), so that chunks kept elsewhere do not age this
         // slot's counts.

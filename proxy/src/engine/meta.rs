@@ -102,12 +102,31 @@ impl MetaCache {
     }
 
     pub fn put(&self, url: String, meta: ObjectMeta) {
-        if self.ttl.is_zero() {
+        self.put_confirmed(url, meta, Duration::ZERO);
+    }
+
+    /// Puts `meta` as the origin confirmed it `ago` (a peer's answer: `engine/peers.rs`), trusted
+    /// for what is left of the TTL: not at all once that is nothing. An entry confirmed more
+    /// recently stays.
+    pub fn put_confirmed(&self, url: String, meta: ObjectMeta, ago: Duration) {
+        if ago >= self.ttl {
             return;
         }
+        let Some(at) = Instant::now().checked_sub(ago) else { return };
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.put(url.clone(), (meta.clone(), Instant::now()));
-        self.publish(&entries, &url, &meta, unix_ms(SystemTime::now()));
+        if !ago.is_zero() && entries.peek(&url).is_some_and(|(_, held)| *held > at) {
+            return;
+        }
+        entries.put(url.clone(), (meta.clone(), at));
+        let verified = SystemTime::now().checked_sub(ago).unwrap_or(SystemTime::UNIX_EPOCH);
+        self.publish(&entries, &url, &meta, unix_ms(verified));
+    }
+
+    /// How long ago the origin confirmed the entry of `url` if it is `meta` (fresh or not): what a
+    /// peer is told with it.
+    pub fn confirmed_ago(&self, url: &str, meta: &ObjectMeta) -> Option<Duration> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.peek(url).filter(|(held, _)| held == meta).map(|(_, at)| at.elapsed())
     }
 
     pub fn invalidate(&self, url: &str) {
@@ -213,6 +232,24 @@ mod tests {
         let off = MetaCache::new(Duration::ZERO, 2);
         off.put("a".into(), meta("1"));
         assert_eq!(off.get("a"), None);
+    }
+
+    #[test]
+    fn an_entry_a_peer_confirmed_earlier_is_trusted_for_what_is_left_of_its_ttl() {
+        let cache = MetaCache::new(Duration::from_millis(300), 8);
+        cache.put_confirmed("a".into(), meta("1"), Duration::from_millis(250));
+        assert_eq!(cache.get("a"), Some(meta("1")));
+        let ago = cache.confirmed_ago("a", &meta("1")).unwrap();
+        assert!(ago >= Duration::from_millis(250), "{ago:?}");
+        assert_eq!(cache.confirmed_ago("a", &meta("2")), None, "another version");
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(cache.get("a"), None, "expired 300 ms after the origin confirmed it, not after the put");
+        cache.put_confirmed("b".into(), meta("1"), Duration::from_millis(300));
+        assert_eq!(cache.get_stale("b"), None, "confirmed a TTL ago or more: not kept at all");
+        // One the slot confirmed itself just now is not replaced by an older confirmation.
+        cache.put("c".into(), meta("new"));
+        cache.put_confirmed("c".into(), meta("old"), Duration::from_millis(100));
+        assert_eq!(cache.get("c"), Some(meta("new")));
     }
 
     /// What shims read: every entry held, put, loaded or invalidated shows in the published table,

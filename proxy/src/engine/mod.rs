@@ -202,6 +202,8 @@ pub struct Engine {
     started: Instant,
     /// Bounds the fills held in memory at once, shared with the slot's connections (R2).
     budget: MemoryBudget,
+    /// In a cluster, the part of the budget for replies to peers (`peers.rs`), split off at join.
+    peer_replies: std::sync::OnceLock<MemoryBudget>,
     pub stats: Stats,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
@@ -245,6 +247,7 @@ impl Engine {
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
+            peer_replies: std::sync::OnceLock::new(),
             stats: Stats::default(),
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),

@@ -4,22 +4,43 @@
 //! down to this node, which then fills the chunk from the origin and keeps it (its turn has come). A
 //! chunk read from a peer is not kept here: the pool holds the sum of the nodes' capacity. Reads a
 //! peer asks of this slot are served from its cache or filled from the origin, never forwarded.
+//!
+//! Only object-store URLs are placed in the pool: a local path names a file of each node's own, so
+//! it is read here, and a member that asks this node for one (or for anything but an object-store
+//! URL) is refused, counted and logged (S7). A member cannot make this slot drop a cached chunk
+//! (`recheck`) or skip its metadata cache (`refresh`). Metadata a peer answers with is trusted here
+//! only for what is left of its TTL since the origin confirmed it on that node.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use memarts_protocol::peer::ClusterStatus;
-use memarts_protocol::{ChunkRequest, ErrorCode, FirstRequest, ObjectMeta, ObjectUrl, WireError};
+use memarts_protocol::{ChunkRequest, ErrorCode, FirstRequest, ObjectMeta, ObjectUrl, OriginKind, WireError};
 
-use super::{ChunkOutcome, Engine, Fetched, ReadBy};
-use crate::cluster::peer_client::PeerError;
+use super::{parse_url, ChunkOutcome, Engine, Fetched, ReadBy};
+use crate::budget::MemoryBudget;
+use crate::cluster::peer_client::{First, PeerError};
 use crate::cluster::Cluster;
 
+/// Whether chunks of `url` are placed in the pool: object-store objects only.
+pub(super) fn pooled(url: &ObjectUrl) -> bool {
+    url.kind == OriginKind::S3
+}
+
 impl Engine {
-    /// Makes this slot part of `cluster`; once, before it serves.
+    /// Makes this slot part of `cluster`; once, before it serves. Half of the slot's memory budget
+    /// becomes the budget of its replies to peers (`peer_server.rs`), the other half stays its own
+    /// fills' and uploads'.
     pub fn join_cluster(&self, cluster: Arc<Cluster>) {
-        let _ = self.cluster.set(cluster);
+        if self.cluster.set(cluster).is_ok() {
+            let _ = self.peer_replies.set(self.budget.split_off(self.info.memory_budget / 2));
+        }
+    }
+
+    /// What the slot's replies to peers may hold at once.
+    pub fn peer_reply_budget(&self) -> &MemoryBudget {
+        self.peer_replies.get().unwrap_or(&self.budget)
     }
 
     pub fn cluster(&self) -> Option<&Arc<Cluster>> {
@@ -58,24 +79,27 @@ impl Engine {
     }
 
     /// An object's metadata and chunk 0 from the first owner of its chunk 0 that answers, or `None`
-    /// when that is this node.
+    /// when that is this node. The metadata is kept for what is left of its TTL.
     pub(super) async fn read_first_from_peers(
         &self,
         req: &FirstRequest,
         url: &ObjectUrl,
     ) -> Option<Result<(ObjectMeta, Option<ChunkOutcome>), WireError>> {
-        let cluster = self.cluster()?;
+        let cluster = self.cluster().filter(|_| pooled(url))?;
         let placement =
             memarts_protocol::placement(url.kind.as_str(), &url.bucket, &url.key, req.chunk_size, 0);
         for member in cluster.owners(placement) {
             if member.id == cluster.me() {
                 return None;
             }
+            let asked = std::time::Instant::now();
             match cluster.peers.read_first(&member, req).await {
-                Ok((meta, chunk)) => {
+                Ok(First { meta, confirmed_ago, chunk }) => {
                     cluster.succeeded(&member.id);
                     if meta.etag.is_some() {
-                        self.meta.put(url.to_string(), meta.clone());
+                        // Confirmed by the origin at least that long before we asked.
+                        let ago = confirmed_ago.saturating_add(asked.elapsed());
+                        self.meta.put_confirmed(url.to_string(), meta.clone(), ago);
                     }
                     let outcome = chunk.map(|f| {
                         cluster.stats.peer_reads.fetch_add(1, Ordering::Relaxed);
@@ -102,31 +126,66 @@ impl Engine {
         cluster.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A chunk a peer asks for: from this slot's cache, or filled from the origin here (and kept).
-    pub async fn serve_peer_chunk(self: &Arc<Self>, req: &ChunkRequest) -> Result<Fetched, WireError> {
-        let outcome = self.read_chunk_routed(req, false, ReadBy::Client).await?;
+    /// A chunk member `peer` asks for: from this slot's cache, or filled from the origin here (and
+    /// kept). Object-store URLs only; its `recheck` is ignored.
+    pub async fn serve_peer_chunk(
+        self: &Arc<Self>,
+        peer: &str,
+        req: &ChunkRequest,
+    ) -> Result<Fetched, WireError> {
+        self.refuse_unpooled(peer, &req.url)?;
+        let req = ChunkRequest { recheck: false, ..req.clone() };
+        let outcome = self.read_chunk_routed(&req, false, ReadBy::Client).await?;
         match self.outcome_bytes(outcome).await {
             Ok(f) => Ok(f),
             // The file changed under us between its header check and this read: drop it, fill again.
             Err(_) => {
-                let again = ChunkRequest { recheck: true, ..req.clone() };
+                let again = ChunkRequest { recheck: true, ..req };
                 let outcome = self.read_chunk_routed(&again, false, ReadBy::Client).await?;
                 self.outcome_bytes(outcome).await
             }
         }
     }
 
-    /// An object's metadata and chunk 0 for a peer, from this node only.
+    /// An object's metadata (and how long ago the origin confirmed it) and chunk 0 for member
+    /// `peer`, from this node only. Object-store URLs only; its `refresh` is ignored.
     pub async fn serve_peer_first(
         self: &Arc<Self>,
+        peer: &str,
         req: &FirstRequest,
-    ) -> Result<(ObjectMeta, Option<Fetched>), WireError> {
-        let (meta, outcome) = self.read_first_routed(req, false, ReadBy::Client).await?;
+    ) -> Result<First, WireError> {
+        let url = self.refuse_unpooled(peer, &req.url)?;
+        let req = FirstRequest { refresh: false, ..req.clone() };
+        let (meta, outcome) = self.read_first_routed(&req, false, ReadBy::Client).await?;
+        let confirmed_ago = self.meta.confirmed_ago(&url.to_string(), &meta).unwrap_or_default();
         let chunk = match outcome {
             Some(o) => Some(self.outcome_bytes(o).await?),
             None => None,
         };
-        Ok((meta, chunk))
+        Ok(First { meta, confirmed_ago, chunk })
+    }
+
+    /// `url` parsed, if it is one the pool serves; otherwise a typed refusal, counted and logged.
+    fn refuse_unpooled(&self, peer: &str, url: &str) -> Result<ObjectUrl, WireError> {
+        match parse_url(url) {
+            Ok(parsed) if pooled(&parsed) => return Ok(parsed),
+            _ => {}
+        }
+        if let Some(c) = self.cluster() {
+            c.stats.refused_requests.fetch_add(1, Ordering::Relaxed);
+            c.refusals.note(|suppressed| {
+                tracing::warn!(
+                    peer,
+                    suppressed,
+                    "refused a member's read of {:?}: the peer port serves object-store URLs only",
+                    url.chars().take(256).collect::<String>()
+                )
+            });
+        }
+        Err(WireError::new(
+            ErrorCode::PermissionDenied,
+            "the peer port serves chunks of object-store URLs (s3://, obs://, oss://) only",
+        ))
     }
 
     /// The bytes of an outcome: as they are, or read (and checked) from the file a hit would pass.
@@ -174,6 +233,8 @@ impl Engine {
             served_bytes: load(&c.stats.served_bytes),
             refused_connections: load(&c.stats.refused_connections),
             members: c.members(),
+            refused_requests: load(&c.stats.refused_requests),
+            forged_frames: load(&c.stats.forged_frames) + c.peers.forged(),
         }
     }
 }
