@@ -31,6 +31,8 @@ struct Totals {
     served_chunks: u64,
     served_bytes: u64,
     refused_connections: u64,
+    refused_requests: u64,
+    forged_frames: u64,
 }
 
 impl Totals {
@@ -44,6 +46,8 @@ impl Totals {
         self.served_chunks += s.served_chunks;
         self.served_bytes += s.served_bytes;
         self.refused_connections += s.refused_connections;
+        self.refused_requests += s.refused_requests;
+        self.forged_frames += s.forged_frames;
     }
 
     fn json(&self) -> Value {
@@ -52,7 +56,8 @@ impl Totals {
             "bytes_from_origin": self.bytes_from_origin, "peer_reads": self.peer_reads,
             "peer_errors": self.peer_errors, "fallbacks": self.fallbacks,
             "served_chunks": self.served_chunks, "served_bytes": self.served_bytes,
-            "refused_connections": self.refused_connections,
+            "refused_connections": self.refused_connections, "refused_requests": self.refused_requests,
+            "forged_frames": self.forged_frames,
         })
     }
 }
@@ -129,7 +134,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     }
     println!("cluster of {} nodes; this node: {me} ({} slots)", members.len(), slots.len());
     println!(
-        "{:<14} {:<22} {:<8} {:>9} {:>10} {:>10} {:>10} {:>7} {:>9} {:>10}",
+        "{:<14} {:<22} {:<8} {:>9} {:>10} {:>10} {:>10} {:>7} {:>9} {:>10} {:>7} {:>7}",
         "node",
         "address",
         "state",
@@ -139,19 +144,23 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
         "origin",
         "errors",
         "fallbacks",
-        "served"
+        "served",
+        "refused",
+        "forged"
     );
     for m in members.values() {
         let since = if m.since_ms <= 0 { "-".to_string() } else { ago(m.since_ms) };
         let counters = match totals.get(&m.id) {
             Some(Ok(t)) => format!(
-                "{:>10} {:>10} {:>10} {:>7} {:>9} {:>10}",
+                "{:>10} {:>10} {:>10} {:>7} {:>9} {:>10} {:>7} {:>7}",
                 format_size(t.bytes_from_cache),
                 format_size(t.bytes_from_peers),
                 format_size(t.bytes_from_origin),
                 t.peer_errors,
                 t.fallbacks,
-                format_size(t.served_bytes)
+                format_size(t.served_bytes),
+                t.refused_connections + t.refused_requests,
+                t.forged_frames
             ),
             Some(Err(e)) => format!("(counters unavailable: {e})"),
             None => String::new(),

@@ -89,6 +89,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 "node": c.node, "bytes_from_peers": c.bytes_from_peers, "peer_reads": c.peer_reads,
                 "peer_errors": c.peer_errors, "fallbacks": c.fallbacks, "served_chunks": c.served_chunks,
                 "served_bytes": c.served_bytes, "refused_connections": c.refused_connections,
+                "refused_requests": c.refused_requests, "forged_frames": c.forged_frames,
             });
         }
         if let Some(p) = prefetch.get(&slot).filter(|_| v["alive"] == true) {

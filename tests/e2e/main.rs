@@ -10,6 +10,7 @@ mod cli_data;
 mod cli_messages;
 mod cluster;
 mod cluster_etcd;
+mod cluster_security;
 mod consistency;
 mod crash_leftovers;
 mod credentials;

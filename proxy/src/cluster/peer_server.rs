@@ -179,7 +179,10 @@ async fn connection(
                 match engine.serve_peer_chunk(&peer, &req).await {
                     Ok(f) => {
                         count_served(cluster, &f);
-                        send(&mut sealed, &PeerResponse::Chunk(inline(&f)), &f.data).await?
+                        // Sealed, then let go of: what waits for a slow reader is one copy.
+                        sealed.seal(&PeerResponse::Chunk(inline(&f)), &f.data).map_err(|e| e.to_string())?;
+                        drop(f);
+                        flush(&mut sealed).await?
                     }
                     Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
@@ -197,7 +200,10 @@ async fn connection(
                             confirmed_ms_ago: first.confirmed_ago.as_millis() as u64,
                             chunk: chunk.map(inline),
                         };
-                        send(&mut sealed, &reply, chunk.map_or(&[][..], |f| &f.data)).await?
+                        let payload = chunk.map_or(&[][..], |f| &f.data);
+                        sealed.seal(&reply, payload).map_err(|e| e.to_string())?;
+                        drop(first.chunk);
+                        flush(&mut sealed).await?
                     }
                     Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
@@ -219,7 +225,13 @@ fn inline(f: &Fetched) -> ChunkReply {
 }
 
 async fn send<T: serde::Serialize>(sealed: &mut Sealed, message: &T, payload: &[u8]) -> Result<(), String> {
-    match tokio::time::timeout(IO_TIMEOUT, sealed.send(message, payload)).await {
+    sealed.seal(message, payload).map_err(|e| e.to_string())?;
+    flush(sealed).await
+}
+
+/// Sends the sealed reply, within [`IO_TIMEOUT`].
+async fn flush(sealed: &mut Sealed) -> Result<(), String> {
+    match tokio::time::timeout(IO_TIMEOUT, sealed.flush()).await {
         Ok(r) => r.map_err(|e| e.to_string()),
         Err(_) => Err("sending a reply timed out".into()),
     }

@@ -70,11 +70,23 @@ impl Sealed {
 
     /// Sends `message` and `payload` as one sealed frame.
     pub async fn send<T: Serialize>(&mut self, message: &T, payload: &[u8]) -> Result<(), SealedError> {
+        self.seal(message, payload)?;
+        self.flush().await
+    }
+
+    /// Seals `message` and `payload` as the next frame to send, so that the caller can let go of the
+    /// payload before it waits for the peer to take the frame ([`Sealed::flush`]).
+    pub fn seal<T: Serialize>(&mut self, message: &T, payload: &[u8]) -> Result<(), SealedError> {
         let head = frame::encode(message, payload.len())?;
         self.outbox.clear();
         seal(&mut self.noise, &head, &mut self.outbox)?;
-        seal(&mut self.noise, payload, &mut self.outbox)?;
+        seal(&mut self.noise, payload, &mut self.outbox)
+    }
+
+    /// Sends the frame [`Sealed::seal`] made.
+    pub async fn flush(&mut self) -> Result<(), SealedError> {
         self.stream.write_all(&self.outbox).await?;
+        self.outbox.clear();
         if self.outbox.capacity() > KEEP_SEND_BUFFER {
             self.outbox = Vec::new();
         }

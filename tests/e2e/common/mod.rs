@@ -8,6 +8,7 @@ pub mod fleet;
 pub mod foreign;
 pub mod moto;
 pub mod mount;
+pub mod peer_relay;
 pub mod raw;
 pub mod seccomp;
 
