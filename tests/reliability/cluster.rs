@@ -5,6 +5,7 @@
 //! strangers with wrong secrets and garbage on the peer ports. No read may fail and no byte may be
 //! wrong: a peer's failure costs latency only.
 
+mod attacks;
 mod link;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +27,14 @@ const NODES: usize = 3;
 const TIMEOUTS: &str = "peer_timeout_secs = 2\nconnect_timeout_secs = 1\nsuspect_secs = 1\n";
 
 pub fn run(scale: Scale) -> Vec<Row> {
-    vec![kill_storm(scale), hung_nodes(scale), faulty_link(scale), hostile_peers(scale)]
+    vec![
+        kill_storm(scale),
+        hung_nodes(scale),
+        faulty_link(scale),
+        hostile_peers(scale),
+        attacks::hostile_member(scale),
+        attacks::on_path_attacker(scale),
+    ]
 }
 
 fn slots(scale: Scale) -> u32 {

@@ -106,15 +106,15 @@ impl Engine {
         m.one("connections", "Client connections open", Gauge, status.connections as f64);
         m.one(
             "memory_budget_bytes",
-            "Bytes of fills and uploads the slot may hold in memory at once",
+            "Bytes of fills, uploads and replies to peers the slot may hold in memory at once",
             Gauge,
             self.info.memory_budget as f64,
         );
         m.one(
             "memory_budget_used_bytes",
-            "Bytes of fills and uploads held in memory now",
+            "Bytes of fills, uploads and replies to peers held in memory now",
             Gauge,
-            self.info.memory_budget.saturating_sub(self.budget.free()) as f64,
+            self.memory_held() as f64,
         );
         m.one(
             "index_ready",

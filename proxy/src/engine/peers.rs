@@ -38,6 +38,12 @@ impl Engine {
         }
     }
 
+    /// Bytes of the memory budget held now: fills and uploads, and replies to peers.
+    pub fn memory_held(&self) -> u64 {
+        let free = self.budget.free() + self.peer_replies.get().map_or(0, MemoryBudget::free);
+        self.info.memory_budget.saturating_sub(free)
+    }
+
     /// What the slot's replies to peers may hold at once.
     pub fn peer_reply_budget(&self) -> &MemoryBudget {
         self.peer_replies.get().unwrap_or(&self.budget)

@@ -249,8 +249,6 @@ pub fn holds_plaintext(capture: &[u8], plain: &[&[u8]]) -> bool {
         }
     }
     capture.windows(32).any(|w| {
-        pieces
-            .get(&u64::from_le_bytes(w[..8].try_into().unwrap()))
-            .is_some_and(|found| found.contains(&w))
+        pieces.get(&u64::from_le_bytes(w[..8].try_into().unwrap())).is_some_and(|found| found.contains(&w))
     })
 }
