@@ -184,3 +184,22 @@ fn fill_is_appended_after_touched() {
     assert_eq!(frame_of(&resp)[8], 18);
     assert_eq!(&frame_of(&resp)[9..12], &[1, 1, 0], "one result, Err, of code 0");
 }
+
+/// The peer protocol's first frames: the server's challenge keeps its layout across versions (so two
+/// nodes of different versions tell each other which they speak), and the client's Hello is variant 0
+/// with its version first; what follows is a Noise message in the payload.
+#[test]
+fn peer_challenge_and_hello_bytes() {
+    use memarts_protocol::peer::{PeerChallenge, PeerRequest, PeerResponse, PEER_PROTOCOL_VERSION};
+    assert_eq!(PEER_PROTOCOL_VERSION, 3);
+    let challenge = frame::encode_checked(&PeerChallenge { protocol_version: 3, nonce: [7; 32] }, 0).unwrap();
+    let body = [&[3u8][..], &[7; 32]].concat();
+    assert_eq!(&challenge[..8], &[33, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(&challenge[8..41], &body[..]);
+    assert_eq!(challenge[41..], memarts_protocol::crc32c(&challenge[..41]).to_le_bytes());
+    let hello = frame::encode_checked(&PeerRequest::Hello { protocol_version: 3 }, 48).unwrap();
+    assert_eq!(&hello[..10], &[2, 0, 0, 0, 48, 0, 0, 0, /* Hello */ 0, /* version */ 3]);
+    assert_eq!(&frame_of(&PeerResponse::Welcome)[8..], &[0]);
+    let refused = PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, "x"));
+    assert_eq!(frame_of(&refused)[8], 1);
+}

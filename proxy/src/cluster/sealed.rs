@@ -300,4 +300,38 @@ mod tests {
         let (real, _) = frame_bytes(&mut tx, b"real");
         assert!(forged(&receive(rx, [fake, real].concat()).await));
     }
+
+    /// Records that open (the peer's own) but hold anything at all: the receiver answers with a frame
+    /// or a typed error, never a panic, and never allocates past its limits (a message head over
+    /// them is refused before the rest is read).
+    #[tokio::test]
+    async fn records_of_any_plaintext_give_a_frame_or_a_typed_error() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        for case in 0..300 {
+            let (mut tx, rx) = transports();
+            let mut wire = Vec::new();
+            for _ in 0..rng.random_range(1..4) {
+                let len = rng.random_range(1..3 * SEALED_RECORD_MAX / 2);
+                let mut plain: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                if rng.random_bool(0.5) && plain.len() >= FRAME_HEAD_LEN {
+                    // A plausible head: small lengths, so the reader goes on past it.
+                    let head = FrameHead {
+                        message_len: rng.random_range(0..64),
+                        payload_len: rng.random_range(0..200_000),
+                    };
+                    plain[..FRAME_HEAD_LEN].copy_from_slice(&head.encode());
+                }
+                for piece in plain.chunks(rng.random_range(1..=SEALED_RECORD_MAX)) {
+                    seal(&mut tx, piece, &mut wire).unwrap();
+                }
+            }
+            let got = receive(rx, wire).await;
+            // Bytes were sent, so each case ends in frames read and then a close, or in an error.
+            assert!(!got.is_empty(), "case {case}: bytes sent and nothing read, no error");
+            for payload in got.iter().flatten() {
+                assert!(payload.len() <= Limits::RESPONSE.max_payload as usize, "case {case}");
+            }
+        }
+    }
 }
