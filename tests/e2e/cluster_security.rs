@@ -235,3 +235,44 @@ fn a_capture_of_a_clean_link_holds_no_plaintext_of_the_data_read_through_it() {
     assert!(!holds_plaintext(&capture, &plain), "the data crossed the link in clear");
     relay.stop();
 }
+
+/// A peer's metadata is trusted for what is left of its TTL since the origin confirmed it on that
+/// node, not for a whole TTL from when it arrived: objects replaced at the origin are read new by
+/// every node once the first confirmation is a TTL old.
+#[test]
+fn metadata_from_a_peer_is_trusted_only_for_what_is_left_of_its_ttl() {
+    const TTL: f64 = 3.0;
+    let bucket = moto().bucket("pool-ttl");
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
+    let cluster = Cluster::start(2, 1, "", &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
+    let (a, b) = (cluster.client(0, 64 << 10), cluster.client(1, 64 << 10));
+    let old: Vec<Vec<u8>> = (0..10).map(|i| pattern(300 + i, 100_000)).collect();
+    for (i, data) in old.iter().enumerate() {
+        moto().put(&bucket, &format!("o/{i}"), data);
+    }
+    let url = |i: usize| format!("s3://{bucket}/o/{i}");
+    let t0 = Instant::now();
+    for (i, data) in old.iter().enumerate() {
+        assert_eq!(b.read(&url(i)).unwrap(), *data, "node b, first read");
+    }
+    // Node a's first reads go to the owners of chunk 0: half of them node b, whose metadata is 2 s old.
+    std::thread::sleep(Duration::from_secs_f64(TTL * 2.0 / 3.0).saturating_sub(t0.elapsed()));
+    for (i, data) in old.iter().enumerate() {
+        assert_eq!(a.read(&url(i)).unwrap(), *data, "node a, first read");
+    }
+    let from_b = local_counter(&cluster, 0, "peer_reads");
+    assert!(from_b > 0, "no first read of node a went to node b");
+    std::thread::sleep(Duration::from_millis(300));
+    let new: Vec<Vec<u8>> = (0..10).map(|i| pattern(400 + i, 100_000)).collect();
+    for (i, data) in new.iter().enumerate() {
+        moto().put(&bucket, &format!("o/{i}"), data);
+    }
+    // A TTL after node b's confirmation (had node a trusted its copy a whole TTL from its arrival,
+    // it would still read the old version for two more seconds).
+    std::thread::sleep(Duration::from_secs_f64(TTL + 0.6).saturating_sub(t0.elapsed()));
+    for (i, data) in new.iter().enumerate() {
+        assert!(a.read(&url(i)).unwrap() == *data, "node a read an old version of {} past its TTL", url(i));
+    }
+    assert!(t0.elapsed() < Duration::from_secs_f64(TTL * 5.0 / 3.0), "too slow to tell: {:?}", t0.elapsed());
+}
