@@ -9,12 +9,14 @@
 //! - [`VARS`]: the table of every variable, who reads it and what it means.
 //! - `parse.rs`: one parser per kind of value (the one boolean syntax, whole numbers in a range,
 //!   sizes, seconds, uid lists, mount lists); `size.rs`: byte sizes; `defaults.rs`: the run dir and
-//!   cache dir when nothing says.
+//!   cache dir when nothing says; `dir_trust.rs`: whether such a directory may be trusted (its
+//!   owner, its mode), the one rule of every reader.
 //!
 //! AWS credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) are not
 //! here: only the proxy's origin reads them, so that no other part ever holds them.
 
 pub mod defaults;
+pub mod dir_trust;
 pub mod parse;
 pub mod size;
 
