@@ -10,6 +10,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::cache_root::CacheDirError;
 use crate::config::ConfigError;
 use crate::origin::OriginError;
 
@@ -49,6 +50,10 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
+    /// The cache dir, or a directory in it, is another user's, writable by others or a symlink
+    /// (S9): refused, with the directory, what is wrong and the fix named; nothing in it is touched.
+    #[error("refusing the cache dir: {0}")]
+    UntrustedCacheDir(#[source] memarts_settings::dir_trust::UntrustedDir),
     /// The chunk store or the memarts-only store cannot be opened in the cache dir.
     #[error("cache dir {}: {source}", path.display())]
     CacheDir {
@@ -111,6 +116,15 @@ pub enum StartError {
     EncodeFleet(#[source] serde_json::Error),
 }
 
+impl From<CacheDirError> for StartError {
+    fn from(e: CacheDirError) -> StartError {
+        match e {
+            CacheDirError::Untrusted(untrusted) => StartError::UntrustedCacheDir(untrusted),
+            CacheDirError::Io { path, source } => StartError::CacheDir { path, source },
+        }
+    }
+}
+
 /// The step of starting an in-process slot that [`StartError::Embedded`] failed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -151,9 +165,16 @@ mod tests {
         };
 
         let err = build(&cfg);
-        assert!(matches!(&err, StartError::CacheDir { path, .. } if *path == file), "{err:?}");
+        assert!(matches!(&err, StartError::UntrustedCacheDir(u) if u.path == file), "{err:?}");
+        let cause = err.source().expect("what is wrong").to_string();
+        assert_eq!(err.to_string(), format!("refusing the cache dir: {cause}"));
+        assert_eq!(cause, format!("{} is not a directory", file.display()));
+        // A cache dir that cannot be made: the step and its I/O error.
+        let below = file.join("cache");
+        let err = build(&FleetConfig { cache_dir: below.clone(), ..cfg.clone() });
+        assert!(matches!(&err, StartError::CacheDir { path, .. } if *path == below), "{err:?}");
         let cause = err.source().expect("the io error").to_string();
-        assert_eq!(err.to_string(), format!("cache dir {}: {cause}", file.display()));
+        assert_eq!(err.to_string(), format!("cache dir {}: {cause}", below.display()));
 
         // The run dir does not exist, so the request log cannot be opened in it.
         let err =

@@ -118,8 +118,8 @@ impl UntrustedDir {
             ),
             (Problem::Symlink, _) => format!(
                 "{dir} is a symlink, which memarts does not follow in its {noun} (start-up removes \
-                 files there); point {settings} at the directory itself, or replace the link with a \
-                 directory of your own"
+                 files there): remove it (`rm {dir}`; memarts makes a directory in its place), or use \
+                 a {noun} of your own ({settings}) named without a symlink"
             ),
             (Problem::NotADirectory, _) => format!("{dir} is not a directory"),
         }

@@ -26,6 +26,8 @@ use nix::fcntl::{Flock, FlockArg};
 
 pub use codec::MEMARTS_ONLY_ETAG;
 
+use crate::cache_root::CacheRoot;
+
 /// A memarts-only object whose header was verified, open for reading (its data is checked by
 /// whoever reads it).
 #[derive(Debug)]
@@ -94,15 +96,18 @@ impl Writer {
 }
 
 impl OnlyStore {
-    /// Opens (creating) `<cache dir>/v1/memarts`. Blocking.
+    /// Opens (creating) `<cache dir>/v1/memarts`, the cache dir checked first
+    /// ([`CacheRoot::open`]). Blocking.
     pub fn open(cache_dir: &Path, quota: Option<u64>) -> io::Result<OnlyStore> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = cache_dir.join("v1").join("memarts");
-        let tmp = cache_dir.join("v1").join("tmp");
-        for d in [&dir, &tmp] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
+        OnlyStore::open_in(&CacheRoot::open(cache_dir)?, quota)
+    }
+
+    /// Opens (creating) `v1/memarts` and `v1/tmp` of the checked cache root `tree`. Blocking.
+    pub fn open_in(tree: &CacheRoot, quota: Option<u64>) -> io::Result<OnlyStore> {
+        for name in ["memarts", "tmp"] {
+            tree.subdir(name)?;
         }
-        Ok(OnlyStore { dir, tmp, quota })
+        Ok(OnlyStore { dir: tree.path_of("memarts"), tmp: tree.path_of("tmp"), quota })
     }
 
     fn path_of(&self, url: &str) -> PathBuf {
