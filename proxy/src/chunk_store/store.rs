@@ -209,8 +209,8 @@ impl ChunkStore {
     }
 
     /// Opens the chunk `key` and checks its header (identity and length) without reading
-    /// the data. `None` when absent. An invalid file, or anything but a regular file at its path, is
-    /// removed and reported as `Corrupt`.
+    /// the data. `None` when absent. An invalid file, anything but a regular file at its path, or
+    /// a file of another owner is removed and reported as `Corrupt`.
     pub async fn get(&self, key: &ChunkKey) -> Result<Option<CachedChunk>, StoreError> {
         let id = key.id();
         let path = self.path_of(id);
@@ -249,6 +249,12 @@ impl ChunkStore {
                 drop(file);
                 remove_entry(&path)?;
                 return Ok(Err(describe(meta.file_type())));
+            }
+            // A file no slot wrote (S9: another owner's, planted by whoever could): never read.
+            if meta.uid() != memarts_settings::dir_trust::own_uid() {
+                drop(file);
+                remove_entry(&path)?;
+                return Ok(Err("a file of another owner"));
             }
             // Back to blocking: io_uring answers EAGAIN, instead of waiting for the disk, on a
             // non-blocking file whose data is not in the page cache.

@@ -16,7 +16,7 @@ mod legacy;
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
@@ -189,6 +189,10 @@ impl OnlyStore {
         if !meta.is_file() {
             return Err(corrupt(format!("not a regular file at its path ({:?})", meta.file_type())));
         }
+        // No slot wrote it (S9): another owner's file is never read, however well-formed.
+        if meta.uid() != memarts_settings::dir_trust::own_uid() {
+            return Err(corrupt(format!("a file of uid {}, which no slot of this fleet wrote", meta.uid())));
+        }
         // Back to blocking for whoever reads it (io_uring answers EAGAIN on non-blocking files).
         nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
             .map_err(io::Error::from)?;
@@ -348,6 +352,20 @@ mod tests {
         });
         let outcomes = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("get hung on a named pipe");
         assert_eq!(outcomes, [true, true]);
+    }
+
+    /// S9: a well-formed object file of another owner (no slot wrote it) is never read.
+    #[test]
+    fn an_object_file_of_another_owner_is_corrupt() {
+        assert!(nix::unistd::geteuid().is_root(), "this test chowns a file: run it as root (CI does)");
+        let dir = tempfile::tempdir().unwrap();
+        let (store, url) =
+            (OnlyStore::open(dir.path(), None).unwrap(), ObjectUrl::parse("obs://b/o").unwrap());
+        store.commit(store.begin(&url).unwrap()).unwrap();
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        nix::unistd::chown(&store.path_of(&url.to_string()), nobody, None).unwrap();
+        let err = store.get(&url).unwrap_err().to_string();
+        assert!(err.contains("uid 65534"), "{err}");
     }
 
     #[test]
