@@ -41,6 +41,11 @@ impl Secret {
         (text.len() >= MIN_SECRET_LEN).then(|| Secret(text.to_vec()))
     }
 
+    /// Exactly `bytes`, as the cluster's secret file gave them (`config.rs` checks and trims them).
+    pub fn from_bytes(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+
     fn mac(&self) -> HmacSha256 {
         HmacSha256::new_from_slice(&self.0).expect("HMAC takes a key of any length")
     }
