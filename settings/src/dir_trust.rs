@@ -96,14 +96,14 @@ impl UntrustedDir {
         let (dir, noun, settings) = (self.path.display(), self.role.noun(), self.role.settings());
         match (self.problem, self.role) {
             (Problem::Owner { owner, me }, DirRole::Run) => format!(
-                "{dir} belongs to {}, not to us ({}): another user created it. Use a run dir of your \
-                 own ({settings}), or remove it",
+                "{dir} belongs to {}, but memarts runs as {}: another user created it. Use a run dir \
+                 of your own ({settings}), or remove it",
                 who(owner),
                 who(me)
             ),
             (Problem::Owner { owner, me }, DirRole::Cache) => format!(
-                "{dir} belongs to {}, not to us ({}): another user may have made it to feed your jobs \
-                 their bytes. Use a cache dir of your own ({settings}), or remove it",
+                "{dir} belongs to {}, but memarts runs as {}: another user may have made it to feed \
+                 your jobs their bytes. Use a cache dir of your own ({settings}), or remove it",
                 who(owner),
                 who(me)
             ),
