@@ -102,7 +102,7 @@ vars! {
     "MEMARTS_CONFIG", Cli, "a TOML config file with any fleet setting";
     "MEMARTS_PROXY_BIN", Cli, "the memarts-proxy binary start_proxy runs (default: next to memarts, else on PATH)";
     "XDG_RUNTIME_DIR", Client, "where the default run dir goes ($XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>)";
-    "XDG_CACHE_HOME", Fleet, "where the default cache dir goes ($XDG_CACHE_HOME/memarts, else ~/.cache/memarts)";
+    "XDG_CACHE_HOME", Fleet, "where the default cache dir goes ($XDG_CACHE_HOME/memarts, else ~/.cache/memarts, else /tmp/memarts-cache-<uid>)";
     "HOME", Fleet, "for the default cache dir when XDG_CACHE_HOME is unset";
 }
 
