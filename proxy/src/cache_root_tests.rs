@@ -83,7 +83,7 @@ fn a_symlinked_tmp_is_refused_and_the_files_it_leads_to_stay() {
     std::os::unix::fs::symlink(&elsewhere, root.join("v1/tmp")).unwrap();
     assert_eq!(refusal(CacheRoot::open(&root)), (root.join("v1/tmp"), Problem::Symlink));
     let engine = std::sync::Arc::new(crate::chunk_store::PreadEngine);
-    let err = crate::chunk_store::ChunkStore::open(&root, engine).err().expect("refused");
+    let err = crate::chunk_store::ChunkStore::open(&root, engine).expect_err("refused");
     assert!(err.to_string().contains("is a symlink"), "{err}");
     assert!(planted.iter().all(|p| p.exists()), "a canary was deleted");
     // The cache root itself as a symlink to a directory of ours is refused as well.

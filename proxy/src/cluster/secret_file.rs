@@ -180,7 +180,7 @@ mod tests {
         for (body, mode, parts) in cases {
             let (_d, path) = secret_file(body, mode);
             let p = path.display().to_string();
-            let err = read_secret(&path).err().expect("refused").to_string();
+            let err = read_secret(&path).expect_err("refused").to_string();
             for part in parts.iter().chain(&[p.as_str()]) {
                 assert!(err.contains(part), "{part:?} missing from: {err}");
             }
@@ -194,7 +194,7 @@ mod tests {
         assert!(nix::unistd::geteuid().is_root(), "this test chowns a file: run it as root (CI does)");
         let (_d, path) = secret_file(format!("{}\n", "0f".repeat(32)).as_bytes(), 0o600);
         nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
-        let err = read_secret(&path).err().expect("refused").to_string();
+        let err = read_secret(&path).expect_err("refused").to_string();
         assert!(err.contains("belongs to uid 65534") && err.contains("chown 0"), "{err}");
     }
 }
