@@ -70,8 +70,9 @@ pub struct CacheRoot {
 }
 
 impl CacheRoot {
-    /// Creates the cache root and `v1` where missing, then checks them and every directory of
-    /// [`SUBDIRS`] that exists. Blocking.
+    /// Creates the cache root, `v1` and every directory of [`SUBDIRS`] where missing (0700: made
+    /// here, not later by whoever writes there first with the process's umask), and checks them
+    /// all. Blocking.
     pub fn open(path: &Path) -> Result<CacheRoot, CacheDirError> {
         match DirBuilder::new().recursive(true).mode(DIR_MODE).create(path) {
             Ok(()) => {}
@@ -83,11 +84,7 @@ impl CacheRoot {
         create_dir_at(root.as_fd(), "v1", &v1_path)?;
         let tree = CacheRoot { path: path.to_path_buf(), v1: open_checked(root.as_fd(), "v1", &v1_path)? };
         for name in SUBDIRS {
-            match open_checked(tree.v1.as_fd(), name, &tree.path_of(name)) {
-                Ok(_) => {}
-                Err(CacheDirError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
+            tree.subdir(name)?;
         }
         Ok(tree)
     }

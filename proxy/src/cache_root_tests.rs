@@ -36,9 +36,12 @@ fn refusal(result: Result<CacheRoot, CacheDirError>) -> (PathBuf, Problem) {
 fn a_new_cache_dir_is_made_private_and_one_of_an_earlier_version_is_used_as_it_is() {
     let base = tempfile::tempdir().unwrap();
     let root = base.path().join("a/cache");
-    let tree = CacheRoot::open(&root).unwrap();
-    tree.subdir("tmp").unwrap();
-    for dir in [root.clone(), root.join("v1"), root.join("v1/tmp")] {
+    // All of them made here, 0700: one made later by whoever writes there first would follow the
+    // umask (the cluster's roster dir did), and a group-writable one be refused at the next start.
+    CacheRoot::open(&root).unwrap();
+    let mut dirs = vec![root.clone(), root.join("v1")];
+    dirs.extend(SUBDIRS.map(|name| root.join("v1").join(name)));
+    for dir in dirs {
         assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700, "{dir:?}");
     }
     // What earlier versions made: every directory 0700, ours; its leftover temp files go.
@@ -80,6 +83,7 @@ fn a_symlinked_tmp_is_refused_and_the_files_it_leads_to_stay() {
     CacheRoot::open(&root).unwrap();
     let elsewhere = base.path().join("elsewhere");
     let planted = plant(&elsewhere);
+    std::fs::remove_dir(root.join("v1/tmp")).unwrap();
     std::os::unix::fs::symlink(&elsewhere, root.join("v1/tmp")).unwrap();
     assert_eq!(refusal(CacheRoot::open(&root)), (root.join("v1/tmp"), Problem::Symlink));
     let engine = std::sync::Arc::new(crate::chunk_store::PreadEngine);
