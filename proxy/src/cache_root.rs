@@ -116,8 +116,8 @@ fn create_dir_at(parent: BorrowedFd<'_>, name: &str, path: &Path) -> Result<(), 
 }
 
 /// `name` relative to `parent` (at `path`), opened as a directory without following a symlink, then
-/// checked by what `fstat` says of the directory opened. What cannot be opened so (a symlink, a
-/// file) is refused by what `lstat` says of it.
+/// checked by what `fstat` says of the directory opened. A symlink, which cannot be opened so, is
+/// refused by what `lstat` says of it.
 fn open_checked<P: ?Sized + NixPath>(
     parent: BorrowedFd<'_>,
     name: &P,
@@ -130,10 +130,14 @@ fn open_checked<P: ?Sized + NixPath>(
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
     let fd = match openat(parent, name, flags, Mode::empty()) {
         Ok(fd) => fd,
-        Err(Errno::ENOTDIR | Errno::ELOOP) => {
+        Err(e @ (Errno::ENOTDIR | Errno::ELOOP)) => {
+            // A symlink is refused (the rule's `Symlink`); anything else that is no directory
+            // (a file) is the I/O error it always was.
             let st = fstatat(parent, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io)?;
-            let problem = dir_trust::check(st.st_uid, st.st_mode, dir_trust::own_uid(), TRUSTED).err();
-            return Err(refuse(problem.unwrap_or(Problem::NotADirectory)));
+            return Err(match dir_trust::check(st.st_uid, st.st_mode, dir_trust::own_uid(), TRUSTED) {
+                Err(Problem::NotADirectory) | Ok(()) => io(e),
+                Err(problem) => refuse(problem),
+            });
         }
         Err(e) => return Err(io(e)),
     };

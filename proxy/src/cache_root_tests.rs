@@ -94,9 +94,13 @@ fn a_symlinked_tmp_is_refused_and_the_files_it_leads_to_stay() {
     let link = base.path().join("link");
     std::os::unix::fs::symlink(&root, &link).unwrap();
     assert_eq!(refusal(CacheRoot::open(&link)), (link.clone(), Problem::Symlink));
-    // And so is a file where a directory should be.
+    // A file where a directory should be is no trust problem, only an I/O error.
     std::fs::write(base.path().join("file"), b"").unwrap();
-    assert_eq!(refusal(CacheRoot::open(&base.path().join("file"))).1, Problem::NotADirectory);
+    let err = CacheRoot::open(&base.path().join("file")).unwrap_err();
+    assert!(
+        matches!(&err, CacheDirError::Io { source, .. } if source.raw_os_error() == Some(libc::ENOTDIR)),
+        "{err}"
+    );
 }
 
 #[test]

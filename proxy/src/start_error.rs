@@ -165,16 +165,18 @@ mod tests {
         };
 
         let err = build(&cfg);
-        assert!(matches!(&err, StartError::UntrustedCacheDir(u) if u.path == file), "{err:?}");
+        assert!(matches!(&err, StartError::CacheDir { path, .. } if *path == file), "{err:?}");
+        let cause = err.source().expect("the io error").to_string();
+        assert_eq!(err.to_string(), format!("cache dir {}: {cause}", file.display()));
+        // A cache dir others can write into: refused, naming it, what is wrong and the fix.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let err = build(&FleetConfig { cache_dir: open.clone(), ..cfg.clone() });
+        assert!(matches!(&err, StartError::UntrustedCacheDir(u) if u.path == open), "{err:?}");
         let cause = err.source().expect("what is wrong").to_string();
         assert_eq!(err.to_string(), format!("refusing the cache dir: {cause}"));
-        assert_eq!(cause, format!("{} is not a directory", file.display()));
-        // A cache dir that cannot be made: the step and its I/O error.
-        let below = file.join("cache");
-        let err = build(&FleetConfig { cache_dir: below.clone(), ..cfg.clone() });
-        assert!(matches!(&err, StartError::CacheDir { path, .. } if *path == below), "{err:?}");
-        let cause = err.source().expect("the io error").to_string();
-        assert_eq!(err.to_string(), format!("cache dir {}: {cause}", below.display()));
+        assert!(cause.contains("mode 0777") && cause.contains("chmod go-w"), "{cause}");
 
         // The run dir does not exist, so the request log cannot be opened in it.
         let err =
