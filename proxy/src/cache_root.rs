@@ -74,6 +74,8 @@ impl CacheRoot {
     /// here, not later by whoever writes there first with the process's umask), and checks them
     /// all. Blocking.
     pub fn open(path: &Path) -> Result<CacheRoot, CacheDirError> {
+        // Without a trailing `/`, which would have the open follow a symlink after all.
+        let path: &Path = &path.components().collect::<PathBuf>();
         match DirBuilder::new().recursive(true).mode(DIR_MODE).create(path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}

@@ -94,6 +94,8 @@ fn a_symlinked_tmp_is_refused_and_the_files_it_leads_to_stay() {
     let link = base.path().join("link");
     std::os::unix::fs::symlink(&root, &link).unwrap();
     assert_eq!(refusal(CacheRoot::open(&link)), (link.clone(), Problem::Symlink));
+    let slashed = PathBuf::from(format!("{}/", link.display()));
+    assert_eq!(refusal(CacheRoot::open(&slashed)), (link.clone(), Problem::Symlink), "a trailing /");
     // A file where a directory should be is no trust problem, only an I/O error.
     std::fs::write(base.path().join("file"), b"").unwrap();
     let err = CacheRoot::open(&base.path().join("file")).unwrap_err();
