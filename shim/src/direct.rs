@@ -310,8 +310,9 @@ impl Direct {
 
     /// Chunk `index` (of `len` bytes) of the version `etag` of `url`, checked and handed to `write`
     /// straight from its file's mapping (see the module docs). `None` when it is not served so:
-    /// no such file, memory that cannot be locked, or a file that fails its checks, all of which the
-    /// caller reads the usual way (which counts them, and has the slot refetch a corrupt one).
+    /// no such file, memory that cannot be locked, a file of another owner or one that fails its
+    /// checks, all of which the caller reads the usual way (which counts them, and has the slot
+    /// refetch a corrupt or foreign one).
     pub fn write_mapped_chunk(
         &self,
         chunk: ChunkName<'_>,
