@@ -11,6 +11,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use memarts_proxy::cache_root::{CacheDirError, CacheRoot};
 use memarts_proxy::config::FleetConfig;
 use memarts_proxy::lifecycle::{check_own_dir, ensure_run_dir, Readiness};
 use memarts_proxy::origin::FileCredentialProvider;
@@ -91,6 +92,12 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     let proxy_bin = proxy_binary()?;
     ensure_run_dir(&cfg.run_dir, cfg.serves_other_uids())
         .with_context(|| format!("run dir {}", cfg.run_dir.display()))?;
+    // A cache dir that may not be trusted (S9): one clear error naming it (or the directory in it
+    // at fault) and the fix, rather than one per slot; each slot checks it again before it reads
+    // or removes anything there. Other failures (a file in its place) each slot reports.
+    if let Err(e @ CacheDirError::Untrusted(_)) = CacheRoot::open(&cfg.cache_dir) {
+        bail!("{e}");
+    }
 
     let slots = pid_files(&cfg.run_dir)?;
     let live: Vec<String> = slots

@@ -13,6 +13,8 @@
 //! - [`chunk_store`]: the on-disk chunk format and the io_uring / pread engines behind one trait.
 //! - [`origin`]: `object_store` access to S3-compatible endpoints and local files, with `If-Match`,
 //!   request-sized deadlines and retries.
+//! - [`cache_root`]: the cache dir checked at start-up (ours, private, no symlinks) before anything
+//!   in it is read or removed.
 //! - [`config`], [`lifecycle`]: configuration (the environment's part parsed by `memarts_settings`),
 //!   run dir / pid lock / readiness.
 //! - [`metrics`]: the node's Prometheus endpoint, served by one slot for the fleet.
@@ -25,6 +27,7 @@
 //! setting up logging. Tests can call [`server::run`] directly with their own origin.
 
 pub mod budget;
+pub mod cache_root;
 pub mod chunk_store;
 pub mod cluster;
 pub mod config;
@@ -80,7 +83,9 @@ pub fn build_engine_with(
         .map_err(|source| StartError::IoEngine { engine: cfg.io_engine.clone(), source })?;
     let io_engine = io.name();
     let cache_dir = |source| StartError::CacheDir { path: cfg.cache_dir.clone(), source };
-    let store = ChunkStore::open(&cfg.cache_dir, io).map_err(cache_dir)?;
+    // Checked before anything in it is read or removed (S9), here for every slot and embedded engine.
+    let tree = cache_root::CacheRoot::open(&cfg.cache_dir)?;
+    let store = ChunkStore::open_in(&tree, io).map_err(cache_dir)?;
     let info = SlotInfo {
         slot,
         slots: cfg.slots,
@@ -94,7 +99,7 @@ pub fn build_engine_with(
     let only = if cfg.passthrough {
         None
     } else {
-        Some(memarts_only::OnlyStore::open(&cfg.cache_dir, cfg.memarts_only_capacity).map_err(cache_dir)?)
+        Some(memarts_only::OnlyStore::open_in(&tree, cfg.memarts_only_capacity).map_err(cache_dir)?)
     };
     let engine = Engine::new(info, origin, store, MetaCache::new(cfg.meta_ttl(), META_CACHE_ENTRIES), only);
     engine.configure_prefetch(cfg.prefetch.clone());

@@ -10,6 +10,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
+use memarts_settings::dir_trust::{self, DirRole, Problem};
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
@@ -54,37 +55,22 @@ pub fn ensure_run_dir(dir: &Path, serves_other_uids: bool) -> io::Result<()> {
 /// can write into it: what `stop_proxy` and `restart_proxy` need before they signal the pids its
 /// pid files name (in a run dir someone else made, those could name any process).
 pub fn check_own_dir(dir: &Path) -> io::Result<()> {
-    let meta = owned_by_us(dir)?;
-    if meta.mode() & 0o022 != 0 {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} is writable by other users (mode {:04o}), so its pid files may not be ours; \
-                 run `chmod go-w {}` after checking them",
-                dir.display(),
-                meta.mode() & 0o7777,
-                dir.display()
-            ),
-        ));
-    }
-    Ok(())
+    let meta = std::fs::metadata(dir)?;
+    dir_trust::check(meta.uid(), meta.mode(), dir_trust::own_uid(), &[]).map_err(|p| refused(dir, p))
 }
 
+/// The run dir `dir`'s metadata, if it is ours (its mode is [`ensure_run_dir`]'s to set).
 fn owned_by_us(dir: &Path) -> io::Result<std::fs::Metadata> {
     let meta = std::fs::metadata(dir)?;
-    let uid = nix::unistd::getuid().as_raw();
-    if meta.uid() != uid {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!(
-                "{} belongs to uid {}, not to us (uid {uid}): another user created it. Use a run \
-                 dir of your own (MEMARTS_RUN_DIR, or XDG_RUNTIME_DIR), or remove it",
-                dir.display(),
-                meta.uid()
-            ),
-        ));
+    match dir_trust::check(meta.uid(), meta.mode(), dir_trust::own_uid(), &[]) {
+        Err(problem @ (Problem::Owner { .. } | Problem::NotADirectory)) => Err(refused(dir, problem)),
+        _ => Ok(meta),
     }
-    Ok(meta)
+}
+
+fn refused(dir: &Path, problem: Problem) -> io::Error {
+    let untrusted = dir_trust::UntrustedDir { path: dir.to_path_buf(), role: DirRole::Run, problem };
+    io::Error::new(io::ErrorKind::PermissionDenied, untrusted)
 }
 
 /// Whether the process `pid` still runs: it exists and has not merely exited waiting to be reaped

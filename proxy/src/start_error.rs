@@ -10,6 +10,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::cache_root::CacheDirError;
 use crate::config::ConfigError;
 use crate::origin::OriginError;
 
@@ -49,6 +50,10 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
+    /// The cache dir, or a directory in it, is another user's, writable by others or a symlink
+    /// (S9): refused, with the directory, what is wrong and the fix named; nothing in it is touched.
+    #[error("refusing the cache dir: {0}")]
+    UntrustedCacheDir(#[source] memarts_settings::dir_trust::UntrustedDir),
     /// The chunk store or the memarts-only store cannot be opened in the cache dir.
     #[error("cache dir {}: {source}", path.display())]
     CacheDir {
@@ -111,6 +116,15 @@ pub enum StartError {
     EncodeFleet(#[source] serde_json::Error),
 }
 
+impl From<CacheDirError> for StartError {
+    fn from(e: CacheDirError) -> StartError {
+        match e {
+            CacheDirError::Untrusted(untrusted) => StartError::UntrustedCacheDir(untrusted),
+            CacheDirError::Io { path, source } => StartError::CacheDir { path, source },
+        }
+    }
+}
+
 /// The step of starting an in-process slot that [`StartError::Embedded`] failed at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -154,6 +168,15 @@ mod tests {
         assert!(matches!(&err, StartError::CacheDir { path, .. } if *path == file), "{err:?}");
         let cause = err.source().expect("the io error").to_string();
         assert_eq!(err.to_string(), format!("cache dir {}: {cause}", file.display()));
+        // A cache dir others can write into: refused, naming it, what is wrong and the fix.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let err = build(&FleetConfig { cache_dir: open.clone(), ..cfg.clone() });
+        assert!(matches!(&err, StartError::UntrustedCacheDir(u) if u.path == open), "{err:?}");
+        let cause = err.source().expect("what is wrong").to_string();
+        assert_eq!(err.to_string(), format!("refusing the cache dir: {cause}"));
+        assert!(cause.contains("mode 0777") && cause.contains("chmod go-w"), "{cause}");
 
         // The run dir does not exist, so the request log cannot be opened in it.
         let err =

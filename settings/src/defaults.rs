@@ -11,7 +11,9 @@ pub fn run_dir(get: &impl Fn(&str) -> Option<String>) -> PathBuf {
     }
 }
 
-/// `$XDG_CACHE_HOME/memarts`, else `~/.cache/memarts`, else `/tmp/memarts-cache-<uid>`.
+/// `$XDG_CACHE_HOME/memarts`, else `~/.cache/memarts`, else `/tmp/memarts-cache-<uid>`. Another
+/// user can create that last one first: the proxy then refuses it, naming the fix (the rule of
+/// `dir_trust.rs`, checked by the proxy's `cache_root.rs` before it reads or cleans anything there).
 pub fn cache_dir(get: &impl Fn(&str) -> Option<String>) -> PathBuf {
     if let Some(dir) = get("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         return Path::new(&dir).join("memarts");

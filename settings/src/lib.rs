@@ -9,12 +9,14 @@
 //! - [`VARS`]: the table of every variable, who reads it and what it means.
 //! - `parse.rs`: one parser per kind of value (the one boolean syntax, whole numbers in a range,
 //!   sizes, seconds, uid lists, mount lists); `size.rs`: byte sizes; `defaults.rs`: the run dir and
-//!   cache dir when nothing says.
+//!   cache dir when nothing says; `dir_trust.rs`: whether such a directory may be trusted (its
+//!   owner, its mode), the one rule of every reader.
 //!
 //! AWS credentials (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) are not
 //! here: only the proxy's origin reads them, so that no other part ever holds them.
 
 pub mod defaults;
+pub mod dir_trust;
 pub mod parse;
 pub mod size;
 
@@ -100,7 +102,7 @@ vars! {
     "MEMARTS_CONFIG", Cli, "a TOML config file with any fleet setting";
     "MEMARTS_PROXY_BIN", Cli, "the memarts-proxy binary start_proxy runs (default: next to memarts, else on PATH)";
     "XDG_RUNTIME_DIR", Client, "where the default run dir goes ($XDG_RUNTIME_DIR/memarts, else /tmp/memarts-<uid>)";
-    "XDG_CACHE_HOME", Fleet, "where the default cache dir goes ($XDG_CACHE_HOME/memarts, else ~/.cache/memarts)";
+    "XDG_CACHE_HOME", Fleet, "where the default cache dir goes ($XDG_CACHE_HOME/memarts, else ~/.cache/memarts, else /tmp/memarts-cache-<uid>)";
     "HOME", Fleet, "for the default cache dir when XDG_CACHE_HOME is unset";
 }
 

@@ -14,7 +14,8 @@
 //!   whole chunk it was when opened (an eviction only unlinks the name); a missing file is a
 //!   fallback to the slot;
 //! - other uids never get here: only a client of the fleet's own uid reads chunk files (the cache
-//!   dir stays 0700), others go through the proxy as before.
+//!   dir stays 0700), others go through the proxy as before; and a chunk file of another owner is
+//!   never read (`chunk_files.rs`): it is dropped and served by the slot, as a corrupt one is.
 //!
 //! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
 //! read stays cached and what is not goes, as if the slots had served them; reads of pinned chunks
@@ -45,9 +46,8 @@ use memarts_protocol::layout::{meta_table_path, pin_table_path};
 use memarts_protocol::meta_table::{url_key, TableFile};
 use memarts_protocol::pin_table::{Pin, PinFile, PinTable, Stamp};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::Mode;
 
+use crate::chunk_files::{ChunkFiles, Opened};
 use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
 use crate::per_process::{PerProcess, PerProcessGuard};
 
@@ -175,8 +175,8 @@ struct Pending {
 /// The direct-read state of a client.
 pub(crate) struct Direct {
     run_dir: PathBuf,
-    chunks: PathBuf,
-    chunks_dir: Mutex<Option<Arc<std::os::fd::OwnedFd>>>,
+    /// The chunk files, opened only if they are the fleet's (`chunk_files.rs`).
+    chunks: ChunkFiles,
     tables: Mutex<Vec<Option<Mapped<TableFile>>>>,
     pins: Mutex<Vec<Option<Mapped<PinFile>>>>,
     /// This process's reads to report (a forked child's parent reports what it read before).
@@ -210,8 +210,7 @@ impl Direct {
         }
         Some(Direct {
             run_dir: run_dir.to_path_buf(),
-            chunks: chunks_dir(&facts.cache_dir),
-            chunks_dir: Mutex::default(),
+            chunks: ChunkFiles::new(chunks_dir(&facts.cache_dir), owner),
             tables: Mutex::default(),
             pins: Mutex::default(),
             pending: PerProcess::new(),
@@ -268,9 +267,12 @@ impl Direct {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
         let pins = self.pins(slot);
         let pin = pin_of(pins.as_deref(), id);
-        let found = match self.open(ChunkId(id)) {
-            Some(file) => check(&file, &identity, dst, pin.as_ref()),
-            None => Found::Absent,
+        let found = match self.chunks.open(ChunkId(id)) {
+            Opened::File(file) => check(&file, &identity, dst, pin.as_ref()),
+            Opened::Absent => Found::Absent,
+            // Not the fleet's: never read, dropped and served by the slot, as a file that failed
+            // its checks is.
+            Opened::Foreign => Found::Corrupt,
         };
         self.count(found, slot, id, dst.len(), pin.as_ref());
         match found {
@@ -308,8 +310,9 @@ impl Direct {
 
     /// Chunk `index` (of `len` bytes) of the version `etag` of `url`, checked and handed to `write`
     /// straight from its file's mapping (see the module docs). `None` when it is not served so:
-    /// no such file, memory that cannot be locked, or a file that fails its checks, all of which the
-    /// caller reads the usual way (which counts them, and has the slot refetch a corrupt one).
+    /// no such file, memory that cannot be locked, a file of another owner or one that fails its
+    /// checks, all of which the caller reads the usual way (which counts them, and has the slot
+    /// refetch a corrupt or foreign one).
     pub fn write_mapped_chunk(
         &self,
         chunk: ChunkName<'_>,
@@ -320,7 +323,7 @@ impl Direct {
         let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
         let pins = self.pins(slot);
         let pin = pin_of(pins.as_deref(), id);
-        let file = self.open(ChunkId(id))?;
+        let file = self.chunks.open(ChunkId(id)).file()?;
         let (map, found) = map_checked(&file, &identity, len, pin.as_ref())?;
         let data_offset = format::data_offset_for(identity.len()) as usize;
         self.count(found, slot, id, len, pin.as_ref());
@@ -342,35 +345,8 @@ impl Direct {
         if data_offset.checked_add(len as u64) != Some(pin.stamp.size) {
             return None;
         }
-        let file = self.open(ChunkId(id))?;
+        let file = self.chunks.open(ChunkId(id)).file()?;
         Some(PinnedChunk { file, pins, pin, data_offset, len, slot, id, counted: false })
-    }
-
-    /// The file of chunk `id`, opened relative to the chunks directory (held open: no walk of the
-    /// cache dir's path for every chunk). Non-blocking, so a named pipe at the path cannot hold the
-    /// open (the slot removes such things); without updating the access time.
-    fn open(&self, id: ChunkId) -> Option<File> {
-        let dir = self.chunks_fd()?;
-        let name = memarts_protocol::chunk_file::chunk_relative_path(id);
-        let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let opened = openat(&dir, name.as_str(), flags | OFlag::O_NOATIME, Mode::empty())
-            .or_else(|e| match e {
-                // O_NOATIME is refused on another owner's files: the cache is ours, but be lenient.
-                nix::errno::Errno::EPERM => openat(&dir, name.as_str(), flags, Mode::empty()),
-                e => Err(e),
-            })
-            .ok()?;
-        Some(File::from(opened))
-    }
-
-    /// The chunks directory, opened once it exists.
-    fn chunks_fd(&self) -> Option<Arc<std::os::fd::OwnedFd>> {
-        let mut dir = self.chunks_dir.lock().unwrap_or_else(|p| p.into_inner());
-        if dir.is_none() {
-            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-            *dir = nix::fcntl::open(&self.chunks, flags, Mode::empty()).ok().map(Arc::new);
-        }
-        dir.clone()
     }
 
     fn pending(&self) -> PerProcessGuard<'_, Pending> {

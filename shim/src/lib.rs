@@ -8,6 +8,7 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - `chunk_files`: the chunk files direct reads open: only those of the fleet's uid.
 //! - [`direct`]: warm chunks read straight from their files (the version from the slots' published
 //!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
 //!   batches.
@@ -24,6 +25,7 @@
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
 mod answer;
+mod chunk_files;
 mod chunk_io;
 pub mod client;
 pub mod config;

@@ -16,8 +16,8 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
+use memarts_settings::dir_trust::{self, who, Problem};
 use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
-use nix::unistd::{Uid, User};
 
 use crate::error::{Error, Result};
 
@@ -27,18 +27,11 @@ pub const TRUSTED_UIDS_VAR: &str = "MEMARTS_TRUSTED_UIDS";
 
 /// The uid this client runs as (the one `SO_PEERCRED` reports to the proxy).
 pub fn own_uid() -> u32 {
-    nix::unistd::geteuid().as_raw()
+    dir_trust::own_uid()
 }
 
-/// `uid 65534 (nobody)`, or `uid 4242` for a uid without a passwd entry.
-fn who(uid: u32) -> String {
-    match User::from_uid(Uid::from_raw(uid)) {
-        Ok(Some(user)) => format!("uid {uid} ({})", user.name),
-        _ => format!("uid {uid}"),
-    }
-}
-
-/// Checks the run dir (check 1 above) and returns the uid its proxies must run as.
+/// Checks the run dir (check 1 above, the rule of `memarts_settings::dir_trust` that the proxy's run
+/// dir and cache dir follow too) and returns the uid its proxies must run as.
 pub fn check_run_dir(run_dir: &Path, trusted: &[u32]) -> Result<u32> {
     let meta = match std::fs::metadata(run_dir) {
         Ok(m) => m,
@@ -51,12 +44,12 @@ pub fn check_run_dir(run_dir: &Path, trusted: &[u32]) -> Result<u32> {
         Err(e) => return Err(Error::Unavailable(format!("memarts run dir {}: {e}", run_dir.display()))),
     };
     let dir = run_dir.display();
-    if !meta.is_dir() {
-        return Err(Error::Untrusted(format!("refusing the memarts run dir {dir}: it is not a directory")));
-    }
-    let (owner, me) = (meta.uid(), own_uid());
-    if owner != me && !trusted.contains(&owner) {
-        return Err(Error::Untrusted(format!(
+    match dir_trust::check(meta.uid(), meta.mode(), own_uid(), trusted) {
+        Ok(()) => Ok(meta.uid()),
+        Err(Problem::NotADirectory | Problem::Symlink) => {
+            Err(Error::Untrusted(format!("refusing the memarts run dir {dir}: it is not a directory")))
+        }
+        Err(Problem::Owner { owner, me }) => Err(Error::Untrusted(format!(
             "refusing the memarts fleet in {dir}: the directory belongs to {}, not to you ({}), and \
              {TRUSTED_UIDS_VAR} does not list uid {owner}. Another user may have created it to serve \
              your job their data. Use your own fleet (point MEMARTS_RUN_DIR at its run dir, or remove \
@@ -64,17 +57,13 @@ pub fn check_run_dir(run_dir: &Path, trusted: &[u32]) -> Result<u32> {
              fleet, set {TRUSTED_UIDS_VAR}={owner}",
             who(owner),
             who(me)
-        )));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Err(Error::Untrusted(format!(
+        ))),
+        Err(Problem::Writable { mode }) => Err(Error::Untrusted(format!(
             "refusing the memarts fleet in {dir}: the directory is writable by other users (mode \
              {mode:04o}), so anyone could replace its sockets; run `chmod go-w {dir}` (a fleet's run \
              dir is 0700, or 0711/0755 when it serves other users)"
-        )));
+        ))),
     }
-    Ok(owner)
 }
 
 /// Checks the peer of a freshly connected proxy socket (check 2 above), before a byte is sent.
@@ -129,7 +118,7 @@ mod tests {
             panic!("this test chowns a directory to another uid: run it as root (CI does)");
         }
         let dir = tempfile::tempdir().unwrap();
-        nix::unistd::chown(dir.path(), Some(Uid::from_raw(65534)), None).unwrap();
+        nix::unistd::chown(dir.path(), Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
         let err = check_run_dir(dir.path(), &[]).unwrap_err().to_string();
         for part in ["uid 65534", &dir.path().display().to_string(), "MEMARTS_TRUSTED_UIDS=65534"] {
             assert!(err.contains(part), "{part:?} missing from: {err}");

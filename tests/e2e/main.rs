@@ -4,12 +4,14 @@
 mod common;
 
 mod batch;
+mod cache_dir_trust;
 mod cache_hits;
 mod capacity;
 mod cli_data;
 mod cli_messages;
 mod cluster;
 mod cluster_etcd;
+mod cluster_secret;
 mod cluster_security;
 mod consistency;
 mod crash_leftovers;

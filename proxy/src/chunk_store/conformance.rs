@@ -163,6 +163,8 @@ conformance! {
     super::store_cases::oversized_key_is_refused => store_oversized_key_is_refused,
     super::store_cases::non_file_at_chunk_path_is_corrupt_and_removed =>
         store_non_file_at_chunk_path_is_corrupt_and_removed,
+    super::store_cases::a_chunk_file_of_another_owner_is_corrupt_and_removed =>
+        store_a_chunk_file_of_another_owner_is_corrupt_and_removed,
     super::store_cases::put_over_a_non_file_at_chunk_path_replaces_it =>
         store_put_over_a_non_file_at_chunk_path_replaces_it,
     super::store_cases::chunks_of_the_two_level_layout_are_found_and_moved =>

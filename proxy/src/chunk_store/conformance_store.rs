@@ -261,6 +261,20 @@ pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dy
     }
 }
 
+/// A well-formed chunk file of another owner (S9: no slot wrote it; whoever could plant it chose
+/// its bytes, and its CRC32C checks out) is corrupt: never read, removed, stored again.
+pub(super) async fn a_chunk_file_of_another_owner_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+    assert!(nix::unistd::geteuid().is_root(), "this case chowns a chunk file: run it as root (CI does)");
+    let root = tempfile::tempdir().unwrap();
+    let (store, k, path) = stored(root.path(), &engine).await;
+    nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+    assert_corrupt(store.get(&k).await);
+    assert!(fs::symlink_metadata(&path).is_err(), "the foreign file was removed");
+    store.put(&k, Bytes::from(pattern(5000, 5)), 0, false).await.unwrap();
+    let chunk = store.get(&k).await.unwrap().expect("stored again");
+    assert!(store.read_verified(&chunk).await.unwrap() == pattern(5000, 5));
+}
+
 /// A fill of a chunk whose path holds a directory (or a symlink, or a pipe) that no read has met
 /// yet (the index rebuild skips such entries, so a read goes to the origin without looking): the
 /// fill replaces it, instead of failing on it for good.

@@ -8,8 +8,7 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
-/// Mode of every directory of the store.
-pub(super) const DIR_MODE: u32 = 0o700;
+use crate::cache_root::DIR_MODE;
 
 /// What a non-regular file is, for a log line.
 pub(super) fn describe(t: fs::FileType) -> &'static str {

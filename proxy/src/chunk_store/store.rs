@@ -17,9 +17,9 @@
 //! remove. Directory operations (open, rename, mkdir, unlink) run on tokio's blocking pool.
 
 use std::collections::BTreeSet;
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -27,11 +27,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::engine::IoEngine;
-use super::files::{describe, publish, remove_entry, rename_into, writer_alive, DIR_MODE};
+use super::files::{describe, publish, remove_entry, rename_into, writer_alive};
 use super::format::{self, FormatError};
 use super::pread::run_blocking;
 use super::scan::Scan;
 use super::{ChunkId, ChunkKey};
+use crate::cache_root::{remove_files_where, CacheRoot};
 
 const FILE_MODE: u32 = 0o600;
 
@@ -84,26 +85,21 @@ pub struct ChunkStore {
 }
 
 impl ChunkStore {
-    /// Creates the layout under `root` if needed and removes leftover temp files of processes that
-    /// no longer run (regular files directly in `tmp/`, nothing else). Blocking.
+    /// Opens the store on the cache root `root`, checked first ([`CacheRoot::open`]: refused, with
+    /// nothing in it touched, unless the cache dir may be trusted). Blocking.
     pub fn open(root: impl AsRef<Path>, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
-        let root = root.as_ref().to_path_buf();
+        ChunkStore::open_in(&CacheRoot::open(root.as_ref())?, engine)
+    }
+
+    /// Creates `v1/chunks` and `v1/tmp` in the checked cache root `tree` if needed and removes
+    /// leftover temp files of processes that no longer run (regular files directly in `tmp/`,
+    /// nothing else), through the checked descriptor of `tmp`. Blocking.
+    pub fn open_in(tree: &CacheRoot, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
+        let root = tree.path().to_path_buf();
         let chunks = memarts_protocol::chunk_file::chunks_dir(&root);
-        let tmp = root.join("v1").join("tmp");
-        for dir in [&chunks, &tmp] {
-            DirBuilder::new().recursive(true).mode(DIR_MODE).create(dir)?;
-        }
-        let mut removed = 0u64;
-        for entry in fs::read_dir(&tmp)? {
-            let entry = entry?;
-            if entry.file_type()?.is_file() && !writer_alive(&entry.file_name().to_string_lossy()) {
-                match fs::remove_file(entry.path()) {
-                    Ok(()) => removed += 1,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-            }
-        }
+        let tmp = tree.path_of("tmp");
+        tree.subdir("chunks")?;
+        let removed = remove_files_where(&tree.subdir("tmp")?, |name| !writer_alive(name))?;
         if removed > 0 {
             tracing::info!(removed, dir = %tmp.display(), "removed leftover chunk temp files");
         }
@@ -213,8 +209,8 @@ impl ChunkStore {
     }
 
     /// Opens the chunk `key` and checks its header (identity and length) without reading
-    /// the data. `None` when absent. An invalid file, or anything but a regular file at its path, is
-    /// removed and reported as `Corrupt`.
+    /// the data. `None` when absent. An invalid file, anything but a regular file at its path, or
+    /// a file of another owner is removed and reported as `Corrupt`.
     pub async fn get(&self, key: &ChunkKey) -> Result<Option<CachedChunk>, StoreError> {
         let id = key.id();
         let path = self.path_of(id);
@@ -253,6 +249,12 @@ impl ChunkStore {
                 drop(file);
                 remove_entry(&path)?;
                 return Ok(Err(describe(meta.file_type())));
+            }
+            // A file no slot wrote (S9: another owner's, planted by whoever could): never read.
+            if meta.uid() != memarts_settings::dir_trust::own_uid() {
+                drop(file);
+                remove_entry(&path)?;
+                return Ok(Err("a file of another owner"));
             }
             // Back to blocking: io_uring answers EAGAIN, instead of waiting for the disk, on a
             // non-blocking file whose data is not in the page cache.

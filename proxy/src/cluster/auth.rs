@@ -48,6 +48,11 @@ impl Secret {
         (text.len() >= MIN_SECRET_LEN).then(|| Secret(text.to_vec()))
     }
 
+    /// Exactly `bytes`, as the cluster's secret file gave them (`secret_file.rs` checks and trims them).
+    pub fn from_bytes(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+
     /// The Noise pre-shared key: HKDF-SHA256 of the secret, bound to this protocol.
     fn psk(&self) -> [u8; 32] {
         let mut key = [0u8; 32];

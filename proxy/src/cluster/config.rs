@@ -9,14 +9,17 @@
 //!
 //! [`ClusterSettings::resolve`] reads and checks both; every error names the setting and the file.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::auth::{Secret, MIN_SECRET_LEN};
+use super::auth::Secret;
 use super::members::Member;
+
+// Declared here, not in `cluster/mod.rs`: the secret file is part of what `resolve` reads.
+#[path = "secret_file.rs"]
+pub mod secret_file;
 
 /// This node's part: see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -40,8 +43,8 @@ pub struct ClusterSettings {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterFile {
-    /// The cluster secret (at least 16 bytes), which peers prove they hold; refused if group or world
-    /// readable.
+    /// The cluster secret, which peers prove they hold: a file of this proxy's uid that no other
+    /// user can read or write, with at least 256 bits of entropy (`secret_file.rs`).
     pub secret_file: PathBuf,
     #[serde(default)]
     pub nodes: Vec<Member>,
@@ -117,8 +120,9 @@ pub enum ClusterError {
     },
     #[error("cluster file {}: {message}", path.display())]
     Invalid { path: PathBuf, message: String },
-    #[error("cluster secret_file {}: {message}", path.display())]
-    Secret { path: PathBuf, message: String },
+    /// The secret file is unreadable, not private to this proxy's uid, or too weak.
+    #[error("cluster secret_file {}: {problem}", path.display())]
+    Secret { path: PathBuf, problem: secret_file::SecretFileError },
 }
 
 impl ClusterSettings {
@@ -142,7 +146,9 @@ impl ClusterSettings {
         if self.node.is_empty() {
             return Err(invalid("this node's id (--node, MEMARTS_NODE_ID) is empty".into()));
         }
-        let secret = read_secret(&resolve_path(path, &file.secret_file))?;
+        let secret_path = resolve_path(path, &file.secret_file);
+        let secret = secret_file::read_secret(&secret_path)
+            .map_err(|problem| ClusterError::Secret { path: secret_path, problem })?;
         let (me, membership) = match (file.nodes.is_empty(), file.etcd.is_empty()) {
             (false, false) => return Err(invalid("give either [[nodes]] or etcd, not both".into())),
             (true, true) => return Err(invalid("no members: give [[nodes]] (a static list) or etcd".into())),
@@ -211,20 +217,6 @@ fn resolve_path(cluster_file: &Path, secret: &Path) -> PathBuf {
     }
 }
 
-fn read_secret(path: &Path) -> Result<Secret, ClusterError> {
-    let bad = |message: String| ClusterError::Secret { path: path.to_path_buf(), message };
-    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
-    if meta.mode() & 0o044 != 0 {
-        return Err(bad(format!(
-            "readable by other users (mode {:04o}); run `chmod 600 {}`",
-            meta.mode() & 0o7777,
-            path.display()
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-    Secret::new(&bytes).ok_or_else(|| bad(format!("shorter than {MIN_SECRET_LEN} bytes")))
-}
-
 /// Unique ids and addresses, `host:port` addresses with room for every slot's port, weights > 0.
 fn check_nodes(nodes: &[Member], slots: u32) -> Result<(), String> {
     let mut ids = std::collections::BTreeSet::new();
@@ -267,7 +259,7 @@ mod tests {
     fn setup(body: &str, secret_mode: u32) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("cluster.secret");
-        std::fs::write(&secret, "a cluster secret of some length\n").unwrap();
+        std::fs::write(&secret, format!("{}\n", "5e".repeat(32))).unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(secret_mode)).unwrap();
         let file = dir.path().join("cluster.toml");
         std::fs::write(&file, format!("secret_file = \"cluster.secret\"\n{body}")).unwrap();
@@ -335,7 +327,7 @@ mod tests {
     }
 
     #[test]
-    fn the_secret_must_be_private_and_long_enough() {
+    fn the_secret_must_be_private_and_strong_enough() {
         let (dir, file) = setup(THREE, 0o644);
         let err = resolve(&file, "a", None).unwrap_err().to_string();
         assert!(err.contains("readable by other users") && err.contains("chmod 600"), "{err}");
@@ -343,7 +335,7 @@ mod tests {
         std::fs::set_permissions(dir.path().join("cluster.secret"), std::fs::Permissions::from_mode(0o600))
             .unwrap();
         let err = resolve(&file, "a", None).unwrap_err().to_string();
-        assert!(err.contains("shorter than 16 bytes"), "{err}");
+        assert!(err.contains("about 30 bits of entropy") && err.contains("head -c 32"), "{err}");
         std::fs::remove_file(dir.path().join("cluster.secret")).unwrap();
         assert!(matches!(resolve(&file, "a", None), Err(ClusterError::Secret { .. })));
     }

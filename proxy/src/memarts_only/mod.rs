@@ -16,7 +16,7 @@ mod legacy;
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
@@ -25,6 +25,8 @@ use memarts_protocol::{crc32c, Crc32c, ErrorCode, ObjectUrl, WireError};
 use nix::fcntl::{Flock, FlockArg};
 
 pub use codec::MEMARTS_ONLY_ETAG;
+
+use crate::cache_root::CacheRoot;
 
 /// A memarts-only object whose header was verified, open for reading (its data is checked by
 /// whoever reads it).
@@ -94,15 +96,18 @@ impl Writer {
 }
 
 impl OnlyStore {
-    /// Opens (creating) `<cache dir>/v1/memarts`. Blocking.
+    /// Opens (creating) `<cache dir>/v1/memarts`, the cache dir checked first
+    /// ([`CacheRoot::open`]). Blocking.
     pub fn open(cache_dir: &Path, quota: Option<u64>) -> io::Result<OnlyStore> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = cache_dir.join("v1").join("memarts");
-        let tmp = cache_dir.join("v1").join("tmp");
-        for d in [&dir, &tmp] {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
+        OnlyStore::open_in(&CacheRoot::open(cache_dir)?, quota)
+    }
+
+    /// Opens (creating) `v1/memarts` and `v1/tmp` of the checked cache root `tree`. Blocking.
+    pub fn open_in(tree: &CacheRoot, quota: Option<u64>) -> io::Result<OnlyStore> {
+        for name in ["memarts", "tmp"] {
+            tree.subdir(name)?;
         }
-        Ok(OnlyStore { dir, tmp, quota })
+        Ok(OnlyStore { dir: tree.path_of("memarts"), tmp: tree.path_of("tmp"), quota })
     }
 
     fn path_of(&self, url: &str) -> PathBuf {
@@ -183,6 +188,10 @@ impl OnlyStore {
         let meta = file.metadata()?;
         if !meta.is_file() {
             return Err(corrupt(format!("not a regular file at its path ({:?})", meta.file_type())));
+        }
+        // No slot wrote it (S9): another owner's file is never read, however well-formed.
+        if meta.uid() != memarts_settings::dir_trust::own_uid() {
+            return Err(corrupt(format!("a file of uid {}, which no slot of this fleet wrote", meta.uid())));
         }
         // Back to blocking for whoever reads it (io_uring answers EAGAIN on non-blocking files).
         nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()))
@@ -343,6 +352,20 @@ mod tests {
         });
         let outcomes = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("get hung on a named pipe");
         assert_eq!(outcomes, [true, true]);
+    }
+
+    /// S9: a well-formed object file of another owner (no slot wrote it) is never read.
+    #[test]
+    fn an_object_file_of_another_owner_is_corrupt() {
+        assert!(nix::unistd::geteuid().is_root(), "this test chowns a file: run it as root (CI does)");
+        let dir = tempfile::tempdir().unwrap();
+        let (store, url) =
+            (OnlyStore::open(dir.path(), None).unwrap(), ObjectUrl::parse("obs://b/o").unwrap());
+        store.commit(store.begin(&url).unwrap()).unwrap();
+        let nobody = Some(nix::unistd::Uid::from_raw(65534));
+        nix::unistd::chown(&store.path_of(&url.to_string()), nobody, None).unwrap();
+        let err = store.get(&url).unwrap_err().to_string();
+        assert!(err.contains("uid 65534"), "{err}");
     }
 
     #[test]

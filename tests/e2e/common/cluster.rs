@@ -62,7 +62,8 @@ impl Cluster {
     fn build(n: usize, slots: u32, etcd: Option<(&str, &str)>, extra: &str, env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("cluster.secret");
-        std::fs::write(&secret, format!("{:032x}\n", rand::random::<u128>())).unwrap();
+        std::fs::write(&secret, format!("{:032x}{:032x}\n", rand::random::<u128>(), rand::random::<u128>()))
+            .unwrap();
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         let ips: Vec<String> = (0..n).map(|i| format!("127.0.0.{}", i + 2)).collect();
         let port = free_ports(&ips, slots);
