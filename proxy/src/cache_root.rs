@@ -7,7 +7,8 @@
 //! symlink. A refusal is a [`CacheDirError::Untrusted`] naming the directory, what is wrong and the
 //! fix; nothing under a refused directory is touched.
 //!
-//! Each directory is opened with `O_NOFOLLOW | O_DIRECTORY` relative to its checked parent and
+//! The cache root may be a symlink of ours (or root's), followed once to the directory checked; any
+//! other is refused. Each directory is opened with `O_NOFOLLOW | O_DIRECTORY` relative to its checked parent and
 //! checked by `fstat` of what was opened, and start-up cleans `v1/tmp` through that descriptor
 //! ([`remove_files_where`]: `unlinkat`), so a directory swapped for a symlink after its check
 //! cleans nothing elsewhere. Directories are created 0700, as they always were: caches of earlier
@@ -76,6 +77,7 @@ impl CacheRoot {
     pub fn open(path: &Path) -> Result<CacheRoot, CacheDirError> {
         // Without a trailing `/`, which would have the open follow a symlink after all.
         let path: &Path = &path.components().collect::<PathBuf>();
+        let path: &Path = &follow_own_link(path)?;
         match DirBuilder::new().recursive(true).mode(DIR_MODE).create(path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -106,6 +108,30 @@ impl CacheRoot {
         let path = self.path_of(name);
         create_dir_at(self.v1.as_fd(), name, &path)?;
         open_checked(self.v1.as_fd(), name, &path)
+    }
+}
+
+/// Where `path` leads if it is a symlink of ours (or root's): a cache root linked to a disk
+/// elsewhere (`~/.cache/memarts -> /ssd/memarts`) is the user's own choice, and the directory it
+/// leads to is checked as any. A symlink of anyone else is refused: it names a place of theirs.
+/// Only the root: the directories of `v1` are never followed.
+fn follow_own_link(path: &Path) -> Result<PathBuf, CacheDirError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |source| CacheDirError::Io { path: path.to_path_buf(), source };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            let me = dir_trust::own_uid();
+            if m.uid() != me && !TRUSTED.contains(&m.uid()) {
+                let problem = Problem::Owner { owner: m.uid(), me };
+                return Err(CacheDirError::Untrusted(UntrustedDir {
+                    path: path.to_path_buf(),
+                    role: DirRole::Cache,
+                    problem,
+                }));
+            }
+            std::fs::canonicalize(path).map_err(io)
+        }
+        _ => Ok(path.to_path_buf()),
     }
 }
 

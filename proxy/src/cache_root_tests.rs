@@ -90,12 +90,25 @@ fn a_symlinked_tmp_is_refused_and_the_files_it_leads_to_stay() {
     let err = crate::chunk_store::ChunkStore::open(&root, engine).expect_err("refused");
     assert!(err.to_string().contains("is a symlink"), "{err}");
     assert!(planted.iter().all(|p| p.exists()), "a canary was deleted");
-    // The cache root itself as a symlink to a directory of ours is refused as well.
+    // The cache root itself a symlink of ours (to a disk elsewhere) leads to the directory it names,
+    // checked as any: here the one whose tmp is a symlink.
     let link = base.path().join("link");
     std::os::unix::fs::symlink(&root, &link).unwrap();
-    assert_eq!(refusal(CacheRoot::open(&link)), (link.clone(), Problem::Symlink));
+    assert_eq!(refusal(CacheRoot::open(&link)), (root.join("v1/tmp"), Problem::Symlink));
     let slashed = PathBuf::from(format!("{}/", link.display()));
-    assert_eq!(refusal(CacheRoot::open(&slashed)), (link.clone(), Problem::Symlink), "a trailing /");
+    assert_eq!(refusal(CacheRoot::open(&slashed)), (root.join("v1/tmp"), Problem::Symlink), "a trailing /");
+    std::fs::remove_file(root.join("v1/tmp")).unwrap();
+    assert_eq!(CacheRoot::open(&link).unwrap().path(), root.as_path());
+    // One of another uid is refused.
+    if nix::unistd::geteuid().is_root() {
+        let theirs = base.path().join("theirs");
+        std::os::unix::fs::symlink(&root, &theirs).unwrap();
+        std::os::unix::fs::lchown(&theirs, Some(65534), Some(65534)).unwrap();
+        assert_eq!(
+            refusal(CacheRoot::open(&theirs)),
+            (theirs.clone(), Problem::Owner { owner: 65534, me: 0 })
+        );
+    }
     // A file where a directory should be is no trust problem, only an I/O error.
     std::fs::write(base.path().join("file"), b"").unwrap();
     let err = CacheRoot::open(&base.path().join("file")).unwrap_err();
