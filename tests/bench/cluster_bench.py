@@ -461,6 +461,17 @@ def start_nodes(nodes, proxies, workers):
             node.wait_all_alive()
 
 
+def tear_down(nodes, relay_stop, moto, base):
+    """Stops `nodes`, the relay and moto (any of them may not have started), and removes `base`."""
+    stop_nodes(nodes)
+    if relay_stop:
+        relay_stop()
+    if moto:
+        moto.kill()
+        moto.wait()
+    shutil.rmtree(base, ignore_errors=True)
+
+
 def stop_nodes(nodes):
     for node in nodes:
         try:
@@ -661,13 +672,7 @@ def main():
                 json.dump(out, f, indent=2)
         print(f"wrote {os.path.join(results, 'cluster.json')} ({out['seconds']:.0f} s)")
     finally:
-        stop_nodes(nodes)
-        if relay_stop:
-            relay_stop()
-        if moto:
-            moto.kill()
-            moto.wait()
-        shutil.rmtree(base, ignore_errors=True)
+        tear_down(nodes, relay_stop, moto, base)
 
 
 if __name__ == "__main__":

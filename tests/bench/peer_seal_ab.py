@@ -20,7 +20,6 @@ objects, about 1.6 GiB, W = 4, P = 2); R = 6 per build (BENCH_REPS).
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -127,14 +126,7 @@ def main():
             json.dump(out, f, indent=2)
         print(f"wrote {path} ({out['seconds']:.0f} s)")
     finally:
-        for nodes in pools.values():
-            cb.stop_nodes(nodes)
-        if relay_stop:
-            relay_stop()
-        if moto:
-            moto.kill()
-            moto.wait()
-        shutil.rmtree(base, ignore_errors=True)
+        cb.tear_down([node for nodes in pools.values() for node in nodes], relay_stop, moto, base)
 
 
 if __name__ == "__main__":

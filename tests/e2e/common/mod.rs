@@ -11,6 +11,7 @@ pub mod mount;
 pub mod peer_relay;
 pub mod raw;
 pub mod seccomp;
+pub mod slot_relay;
 
 pub use fleet::{pattern, text, Fleet};
 pub use moto::moto;

@@ -17,14 +17,12 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use memarts_protocol::peer::{PeerRequest, NOISE_MESSAGE_MAX, NOISE_TAG_LEN};
 use memarts_protocol::{frame, FirstRequest};
-use memarts_proxy::cluster::peer_client::slot_address;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Attack {
@@ -75,29 +73,12 @@ impl PeerRelay {
             fired: Default::default(),
             capture: Mutex::new(Vec::new()),
         });
-        let threads = (0..slots)
-            .map(|k| {
-                let listener =
-                    TcpListener::bind(slot_address(from, k).unwrap()).expect("bind the peer relay");
-                listener.set_nonblocking(true).unwrap();
-                let (upstream, stop, shared) = (slot_address(to, k).unwrap(), stop.clone(), shared.clone());
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let client = match listener.accept() {
-                            Ok((c, _)) => c,
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                std::thread::sleep(Duration::from_millis(5));
-                                continue;
-                            }
-                            Err(_) => continue,
-                        };
-                        let n = shared.connections.fetch_add(1, Ordering::Relaxed);
-                        let attack = shared.attacking.then(|| ATTACKS[n as usize % ATTACKS.len()]);
-                        relay(client, &upstream, attack, shared.clone());
-                    }
-                })
-            })
-            .collect();
+        let relaying = shared.clone();
+        let threads = super::slot_relay::accept_slots(from, to, slots, &stop, move |_, client, upstream| {
+            let n = relaying.connections.fetch_add(1, Ordering::Relaxed);
+            let attack = relaying.attacking.then(|| ATTACKS[n as usize % ATTACKS.len()]);
+            relay(client, upstream, attack, relaying.clone());
+        });
         PeerRelay { stop, threads, shared }
     }
 

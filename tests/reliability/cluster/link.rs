@@ -11,12 +11,11 @@
 //! It counts the faults that fired, by kind.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use memarts_proxy::cluster::peer_client::slot_address;
 use rand::{Rng, SeedableRng};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,36 +51,27 @@ impl FaultyLink {
         let stop = Arc::new(AtomicBool::new(false));
         let fired: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
         let connections = Arc::new(AtomicU64::new(0));
-        let threads = (0..slots)
-            .map(|k| {
-                let listener =
-                    TcpListener::bind(slot_address(from, k).unwrap()).expect("bind the faulty link");
-                listener.set_nonblocking(true).unwrap();
-                let (upstream, stop, fired, connections) =
-                    (slot_address(to, k).unwrap(), stop.clone(), fired.clone(), connections.clone());
-                std::thread::spawn(move || {
-                    let mut rng = rand::rngs::StdRng::seed_from_u64(seed + u64::from(k));
-                    while !stop.load(Ordering::Relaxed) {
-                        let client = match listener.accept() {
-                            Ok((c, _)) => c,
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                                std::thread::sleep(Duration::from_millis(5));
-                                continue;
-                            }
-                            Err(_) => continue,
-                        };
-                        connections.fetch_add(1, Ordering::Relaxed);
-                        let plan = rng.random_bool(p).then(|| {
-                            let to_server = rng.random_bool(0.25);
-                            // Requests are small, replies carry chunks.
-                            let at = rng.random_range(0..if to_server { 4u64 << 10 } else { 4 << 20 });
-                            Plan { kind: KINDS[rng.random_range(0..KINDS.len())], to_server, at }
-                        });
-                        relay(client, &upstream, plan, stall, fired.clone());
-                    }
-                })
-            })
-            .collect();
+        // One random stream per slot port, as the faults of each port's connections are drawn in turn.
+        let rngs: Arc<Vec<std::sync::Mutex<rand::rngs::StdRng>>> = Arc::new(
+            (0..slots)
+                .map(|k| std::sync::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed + u64::from(k))))
+                .collect(),
+        );
+        let (counted, faults) = (connections.clone(), fired.clone());
+        let threads =
+            crate::common::slot_relay::accept_slots(from, to, slots, &stop, move |k, client, upstream| {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let plan = {
+                    let mut rng = rngs[k as usize].lock().unwrap();
+                    rng.random_bool(p).then(|| {
+                        let to_server = rng.random_bool(0.25);
+                        // Requests are small, replies carry chunks.
+                        let at = rng.random_range(0..if to_server { 4u64 << 10 } else { 4 << 20 });
+                        Plan { kind: KINDS[rng.random_range(0..KINDS.len())], to_server, at }
+                    })
+                };
+                relay(client, upstream, plan, stall, faults.clone());
+            });
         FaultyLink { stop, fired, connections, threads }
     }
 
