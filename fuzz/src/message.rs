@@ -25,20 +25,28 @@ pub fn check(data: &[u8]) {
         round_trip(&response);
         check_response(&response);
     }
-    // The peer protocol's messages, which a node decodes from the network (after the frame's CRC32C).
+    // The peer protocol's messages, which a node decodes from the network (the handshake's in clear,
+    // the others once their sealed records opened).
     if let Ok(request) = frame::decode_message::<PeerRequest>(data) {
         round_trip(&request);
     }
     if let Ok(response) = frame::decode_message::<PeerResponse>(data) {
         round_trip(&response);
     }
+    if let Ok(hello) = frame::decode_message::<memarts_protocol::peer::PeerHello>(data) {
+        round_trip(&hello);
+    }
+    if let Ok(welcome) = frame::decode_message::<memarts_protocol::peer::PeerWelcome>(data) {
+        round_trip(&welcome);
+    }
 }
 
-/// Seeds: the postcard encoding of every sample request and response.
+/// Seeds: the postcard encoding of every sample request and response, and of the peer protocol's.
 pub fn seeds() -> Vec<Vec<u8>> {
     let requests = crate::samples::requests().into_iter().map(|r| postcard::to_stdvec(&r));
     let responses = crate::samples::responses().into_iter().map(|r| postcard::to_stdvec(&r));
-    requests.chain(responses).map(|bytes| bytes.expect("a sample message encodes")).collect()
+    let ours = requests.chain(responses).map(|bytes| bytes.expect("a sample message encodes"));
+    ours.chain(crate::samples::peer_messages()).collect()
 }
 
 fn round_trip<T>(value: &T)
@@ -70,6 +78,7 @@ fn check_request(request: &Request) {
         }
         Request::ReadFirst(first) => check_url(&first.url),
         Request::Prefetch(p) => p.urls.iter().for_each(|u| check_url(u)),
+        Request::Fill(f) => f.urls.iter().for_each(|u| check_url(u)),
         Request::Stat { url, .. }
         | Request::PutStart { url }
         | Request::Delete { url }
@@ -82,7 +91,8 @@ fn check_request(request: &Request) {
         | Request::AdmissionStatus
         | Request::Metrics
         | Request::PutData
-        | Request::PutFinish { .. } => {}
+        | Request::PutFinish { .. }
+        | Request::Touched(_) => {}
     }
 }
 

@@ -2,8 +2,8 @@
 //! built from the real types (not hand-written bytes), so the seeds follow any change of encoding.
 
 use memarts_protocol::{
-    AdmissionStatus, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry, ListPage, ListRequest,
-    ObjectMeta, Request, Response, SlotStatus, Welcome, WireError, PROTOCOL_VERSION,
+    AdmissionStatus, ChunkBody, ChunkReply, ChunkRequest, ErrorCode, FirstRequest, Hello, ListEntry,
+    ListPage, ListRequest, ObjectMeta, Request, Response, SlotStatus, Welcome, WireError, PROTOCOL_VERSION,
 };
 use memarts_proxy::chunk_store::ChunkKey;
 
@@ -67,6 +67,11 @@ pub fn requests() -> Vec<Request> {
         Request::PrefetchStatus,
         Request::AdmissionStatus,
         Request::Metrics,
+        Request::Touched(vec![memarts_protocol::Touch { id: 0x0123_4567_89ab_cdef, len: 1 << 20 }]),
+        Request::Fill(memarts_protocol::FillRequest {
+            urls: vec!["s3://bucket/images/0003.jpg".into()],
+            chunk_size: 1 << 20,
+        }),
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -170,5 +175,28 @@ pub fn chunk_keys() -> Vec<ChunkKey> {
         key("s3", "bucket", "train/shard-0001.tar", "\"9b2cf535f27731c974343645a3985328\"", 3),
         key("file", "", "/data/local/file.bin", "1700000000-4096", 0),
         key("s3", "b", "d\u{e9}j\u{e0}/vu.jpg", "", u64::MAX),
+    ]
+}
+
+/// The peer protocol's messages (inside a sealed frame, once opened), one of every variant.
+pub fn peer_messages() -> Vec<Vec<u8>> {
+    use memarts_protocol::peer::{PeerHello, PeerRequest, PeerResponse, PeerWelcome};
+    fn encode<T: serde::Serialize>(v: &T) -> Vec<u8> {
+        postcard::to_stdvec(v).expect("a sample message encodes")
+    }
+    let first =
+        FirstRequest { url: "s3://bucket/train/shard-0001.tar".into(), chunk_size: 1 << 20, refresh: false };
+    let inline = || chunk_reply(ChunkBody::Inline);
+    vec![
+        encode(&PeerRequest::Hello { protocol_version: 3 }),
+        encode(&PeerRequest::ReadChunk(chunk_request(2))),
+        encode(&PeerRequest::ReadFirst(first)),
+        encode(&PeerRequest::Status),
+        encode(&PeerResponse::Welcome),
+        encode(&PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, "not a member"))),
+        encode(&PeerResponse::Chunk(inline())),
+        encode(&PeerResponse::First { meta: meta(), confirmed_ms_ago: 1234, chunk: Some(inline()) }),
+        encode(&PeerHello { node: "node-a".into() }),
+        encode(&PeerWelcome { node: "node-b".into(), slot: 1, slots: 8 }),
     ]
 }
