@@ -10,6 +10,8 @@
 
 pub mod credentials;
 mod error;
+mod list;
+mod local_list;
 pub mod retry;
 mod stats;
 
@@ -26,9 +28,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
-use futures::TryStreamExt;
 use lru::LruCache;
-use memarts_protocol::{ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, OriginKind};
+use memarts_protocol::{ObjectMeta, ObjectUrl, OriginKind};
 use object_store::aws::{AmazonS3Builder, AwsCredential, AwsCredentialProvider};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
@@ -58,6 +59,8 @@ pub struct Origin {
     /// Stores a test put in place of S3 clients; never dropped.
     fixed: DashMap<String, Arc<dyn ObjectStore>>,
     local: Arc<dyn ObjectStore>,
+    /// Local directories' sorted names, for the pages of their listings (`local_list.rs`).
+    local_listings: Arc<local_list::LocalListings>,
     /// Signs every S3 request (each bucket's client asks it per request, so a provider that re-reads
     /// its file rotates credentials without a restart); `None` means unsigned requests.
     credentials: Option<AwsCredentialProvider>,
@@ -107,6 +110,7 @@ impl Origin {
             buckets: Mutex::new(LruCache::new(NonZeroUsize::new(MAX_BUCKET_CLIENTS).expect("non-zero"))),
             fixed: DashMap::new(),
             local: Arc::new(LocalFileSystem::new()),
+            local_listings: Arc::default(),
             credentials,
             stats: OriginStats::default(),
         }
@@ -336,71 +340,6 @@ impl Origin {
         })
     }
 
-    /// One page of a listing. Non-recursive listings report common prefixes as directories.
-    pub async fn list(&self, req: &ListRequest) -> Result<ListPage, OriginError> {
-        let url = ObjectUrl::parse(&req.url).map_err(|e| OriginError::BadRequest(e.to_string()))?;
-        let store = self.store_for(&url)?;
-        let prefix = Self::path_of(&url)?;
-        let prefix = (!prefix.as_ref().is_empty()).then_some(prefix);
-        let max = req.max_entries.clamp(1, 10_000) as usize;
-        let entry_url = |p: &Path| match url.kind {
-            OriginKind::Local => format!("/{p}"),
-            OriginKind::S3 => format!("s3://{}/{p}", url.bucket),
-        };
-        let mut entries: Vec<ListEntry> = self
-            .policy
-            .run(
-                Label { op: if req.recursive { "LIST-R" } else { "LIST" }, target: &url },
-                0,
-                || self.count_retry(),
-                || {
-                    self.request(Op::List, async {
-                        if req.recursive {
-                            let stream = match &req.start_after {
-                                Some(after) => {
-                                    let after = ObjectUrl::parse(after)
-                                        .map_err(|e| OriginError::BadRequest(e.to_string()))?;
-                                    store.list_with_offset(prefix.as_ref(), &Self::path_of(&after)?)
-                                }
-                                None => store.list(prefix.as_ref()),
-                            };
-                            let metas: Vec<_> =
-                                stream.take_n(max + 1).await.map_err(|e| self.classify(e, &url))?;
-                            Ok(metas.iter().map(|m| entry(entry_url(&m.location), m)).collect())
-                        } else {
-                            let res = store
-                                .list_with_delimiter(prefix.as_ref())
-                                .await
-                                .map_err(|e| self.classify(e, &url))?;
-                            let dirs = res.common_prefixes.iter().map(|p| ListEntry {
-                                url: entry_url(p),
-                                is_dir: true,
-                                size: 0,
-                                etag: None,
-                                last_modified_ms: 0,
-                            });
-                            let files = res.objects.iter().map(|m| entry(entry_url(&m.location), m));
-                            let mut all: Vec<ListEntry> = dirs.chain(files).collect();
-                            all.sort_by(|a, b| a.url.cmp(&b.url));
-                            if let Some(after) = &req.start_after {
-                                all.retain(|e| e.url.as_str() > after.as_str());
-                            }
-                            all.truncate(max + 1);
-                            Ok(all)
-                        }
-                    })
-                },
-            )
-            .await?;
-        let next = if entries.len() > max {
-            entries.truncate(max);
-            entries.last().map(|e| e.url.clone())
-        } else {
-            None
-        };
-        Ok(ListPage { entries, next })
-    }
-
     /// Deletes `url` at the origin; deleting an absent object is not an error.
     pub async fn delete(&self, url: &ObjectUrl) -> Result<(), OriginError> {
         let store = self.store_for(url)?;
@@ -518,16 +457,6 @@ fn is_header_value(s: &str) -> bool {
     !s.bytes().any(|b| b.is_ascii_control())
 }
 
-fn entry(url: String, m: &object_store::ObjectMeta) -> ListEntry {
-    ListEntry {
-        url,
-        is_dir: false,
-        size: m.size,
-        etag: m.e_tag.clone(),
-        last_modified_ms: m.last_modified.timestamp_millis(),
-    }
-}
-
 fn to_meta(m: &object_store::ObjectMeta) -> ObjectMeta {
     ObjectMeta {
         size: m.size,
@@ -536,22 +465,6 @@ fn to_meta(m: &object_store::ObjectMeta) -> ObjectMeta {
         last_modified_ms: m.last_modified.timestamp_millis(),
     }
 }
-
-/// Collects at most `n` items of a fallible stream.
-trait TakeN<T> {
-    async fn take_n(self, n: usize) -> Result<Vec<T>, object_store::Error>;
-}
-
-impl<T, S> TakeN<T> for S
-where
-    S: futures::Stream<Item = Result<T, object_store::Error>> + Unpin + Send,
-{
-    async fn take_n(self, n: usize) -> Result<Vec<T>, object_store::Error> {
-        self.take(n).try_collect().await
-    }
-}
-
-use futures::StreamExt;
 
 #[cfg(test)]
 mod tests {
