@@ -232,6 +232,27 @@ pub enum Request {
     /// older proxy answers `BadRequest` (it cannot decode the variant) and closes the connection:
     /// the client then reads them instead.
     Fill(FillRequest),
+    /// From another slot of the fleet (the fleet's own uid only): the version of `url` as the
+    /// listing of its directory shows it, asked of the slot that owns the directory
+    /// (`meta_owner_slot` of the directory's URL), which lists it once for every slot. Answered
+    /// with `Revalidated`. An older proxy answers `BadRequest` and closes the connection: the
+    /// asking slot then asks the origin itself.
+    Revalidate {
+        url: String,
+    },
+    /// From another slot of the fleet (the fleet's own uid only), which just wrote or deleted `url`
+    /// at the origin: the slot that owns its directory forgets what listings showed of it, so that
+    /// no slot takes an older version from them. Answered with `Forgotten` once done.
+    Forget {
+        url: String,
+    },
+}
+
+/// Metadata and how long ago the origin confirmed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfirmedMeta {
+    pub meta: ObjectMeta,
+    pub confirmed_ms_ago: u64,
 }
 
 /// Most URLs one `Fill` may carry.
@@ -351,6 +372,12 @@ pub enum Response {
     /// Answer to `Fill`: each object's metadata (its chunk 0 is cached, unless the cache would not
     /// keep it), or why it could not be read, in request order.
     Filled(Vec<Result<ObjectMeta, WireError>>),
+    /// Answer to `Revalidate`: the object's version as its directory's listing showed it, or
+    /// `None` when no listing can tell (the directory could not be listed, or does not show it):
+    /// the asking slot then asks the origin with a HEAD.
+    Revalidated(Option<ConfirmedMeta>),
+    /// Answer to `Forget`.
+    Forgotten,
 }
 
 #[cfg(test)]

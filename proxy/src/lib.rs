@@ -38,6 +38,7 @@ pub mod memarts_only;
 pub mod metrics;
 pub mod origin;
 pub mod server;
+pub mod siblings;
 mod start_error;
 
 use std::sync::Arc;

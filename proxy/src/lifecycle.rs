@@ -16,6 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::StartError;
 
+/// How long a slot waits for another slot of its fleet (`siblings.rs`) before it does without it.
+const SIBLING_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The one JSON line a slot writes to its stdout when it is ready (or has failed to become so).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Readiness {
@@ -192,6 +195,10 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
             tracing::warn!("{w}");
         }
         crate::publish_metadata(&cfg, slot, &engine);
+        if cfg.slots > 1 {
+            let siblings = crate::siblings::Siblings::new(cfg.run_dir.clone(), slot, SIBLING_TIMEOUT);
+            engine.know_siblings(std::sync::Arc::new(siblings));
+        }
         let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
         if let Some(settings) = &cfg.cluster {

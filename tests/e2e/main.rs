@@ -32,6 +32,7 @@ mod prefetch;
 mod protocol_abuse;
 mod reads;
 mod restart;
+mod revalidation;
 mod secrets;
 mod stream;
 mod supervise;

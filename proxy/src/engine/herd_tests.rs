@@ -63,14 +63,15 @@ async fn first(cache: &Arc<Engine>) -> Bytes {
     }
 }
 
-/// A reader that finds no metadata before the index is rebuilt asks with a HEAD, then reads chunk 0;
+/// A reader that finds no metadata before the index is rebuilt asks for it (its directory's listing,
+/// `revalidate.rs`; a HEAD before that), then reads chunk 0;
 /// one that comes once the index is rebuilt fetches chunk 0 and the metadata in one GET. When both
 /// are in flight at once, chunk 0 must still be fetched once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
     let dir = tempfile::tempdir().unwrap();
     let (store, cache) = slot(dir.path()).await;
-    // The first request to arrive (the early reader's HEAD) waits 300 ms, the second (the late
+    // The first request to arrive (the early reader's listing) waits 300 ms, the second (the late
     // reader's GET) 600 ms: the early reader asks for chunk 0 while the late reader's GET is out.
     store.script([Fault::Stall(Duration::from_millis(300)), Fault::Stall(Duration::from_millis(600))]);
     let early = tokio::spawn({
@@ -78,7 +79,7 @@ async fn readers_on_both_sides_of_the_index_rebuild_fetch_chunk_0_once() {
         async move { first(&cache).await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(store.heads(), 1, "the early reader asks with a HEAD");
+    assert_eq!(store.heads() + store.lists(), 1, "the early reader asks for the metadata");
     rebuilt(&cache).await;
     let late = tokio::spawn({
         let cache = cache.clone();

@@ -31,6 +31,16 @@ impl Engine {
         let meta = self
             .heads
             .join_fallible(flight, "the metadata request", move |leader| async move {
+                // The listing of its directory, which one request keeps fresh for up to 1,000
+                // objects, unless a refresh asks the origin about this one.
+                if !refresh {
+                    if let Some((meta, ago)) = this.revalidate_by_listing(&parsed).await {
+                        this.stats.listed_revalidations.fetch_add(1, Ordering::Relaxed);
+                        this.meta.put_confirmed(key, meta.clone(), ago);
+                        leader.publish(Ok(meta));
+                        return;
+                    }
+                }
                 let meta = this.origin.head(&parsed).await.map_err(WireError::from);
                 match &meta {
                     Ok(m) => this.meta.put(key, m.clone()),
@@ -59,7 +69,8 @@ impl Engine {
 
     /// Records the metadata of a version this slot just wrote, so reads through it see the new
     /// version at once (other slots revalidate when their metadata TTL ends, or on `refresh`).
-    pub fn note_written(&self, url: &ObjectUrl, meta: &ObjectMeta) {
+    pub async fn note_written(self: &Arc<Self>, url: &ObjectUrl, meta: &ObjectMeta) {
+        self.forget_listed(url).await;
         if meta.etag.is_some() {
             self.meta.put(url.to_string(), meta.clone());
         } else {

@@ -103,6 +103,18 @@ impl Engine {
             Counter,
             n(&s.stale_meta_served),
         );
+        m.one(
+            "listed_pages",
+            "Pages of directory listings asked for to revalidate expired metadata, one per 1,000 keys",
+            Counter,
+            n(&s.listed_pages),
+        );
+        m.one(
+            "listed_revalidations",
+            "Expired metadata revalidated by its directory's listing instead of a HEAD",
+            Counter,
+            n(&s.listed_revalidations),
+        );
         m.one("connections", "Client connections open", Gauge, status.connections as f64);
         m.one(
             "memory_budget_bytes",

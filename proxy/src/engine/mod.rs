@@ -30,6 +30,7 @@ mod admission_tests;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;
+mod dir_versions;
 mod direct;
 #[cfg(test)]
 mod disk_fault_tests;
@@ -50,6 +51,7 @@ pub(crate) mod pins;
 mod prefetch;
 mod rebuild;
 mod recency;
+mod revalidate;
 mod staging;
 mod status;
 mod uploads;
@@ -156,6 +158,11 @@ pub struct Stats {
     pub store_errors: AtomicU64,
     /// Reads that went on with an expired version because the origin could not be reached.
     pub stale_meta_served: AtomicU64,
+    /// Pages of directory listings asked for to revalidate expired metadata (`revalidate.rs`), and
+    /// expired metadata revalidated by a listing (this slot's or its directory owner's) rather than
+    /// a HEAD.
+    pub listed_pages: AtomicU64,
+    pub listed_revalidations: AtomicU64,
     /// Time to answer a client's chunk read that hit, and one that missed (`server/dispatch.rs`).
     pub read_hit: LatencyHistogram,
     pub read_miss: LatencyHistogram,
@@ -204,6 +211,12 @@ pub struct Engine {
     budget: MemoryBudget,
     /// In a cluster, the part of the budget for replies to peers (`peers.rs`), split off at join.
     peer_replies: std::sync::OnceLock<MemoryBudget>,
+    /// Versions of the objects of the directories this slot owns, as listings showed them, and
+    /// the listings in flight, one per directory (`revalidate.rs`).
+    dir_versions: dir_versions::DirVersions,
+    dir_flights: Arc<Flights<Result<(), WireError>>>,
+    /// The other slots of the fleet, asked for what they own (set once the slot knows its run dir).
+    siblings: std::sync::OnceLock<Arc<crate::siblings::Siblings>>,
     pub stats: Stats,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
@@ -232,6 +245,7 @@ impl Engine {
         only: Option<OnlyStore>,
     ) -> Arc<Engine> {
         let budget = info.memory_budget;
+        let meta_ttl = meta.ttl();
         let index = Mutex::new(ChunkIndex::new(info.eviction));
         Arc::new(Engine {
             info,
@@ -248,6 +262,9 @@ impl Engine {
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
             peer_replies: std::sync::OnceLock::new(),
+            dir_versions: dir_versions::DirVersions::new(meta_ttl),
+            dir_flights: Arc::default(),
+            siblings: std::sync::OnceLock::new(),
             stats: Stats::default(),
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
@@ -316,9 +333,10 @@ impl Engine {
     }
 
     /// Deletes an object at the origin and forgets its metadata here.
-    pub async fn delete(&self, url: &str) -> Result<(), WireError> {
+    pub async fn delete(self: &Arc<Self>, url: &str) -> Result<(), WireError> {
         let parsed = parse_url(url)?;
         self.origin.delete(&parsed).await?;
+        self.forget_listed(&parsed).await;
         self.meta.invalidate(&parsed.to_string());
         Ok(())
     }

@@ -68,7 +68,7 @@ impl Engine {
     /// is visible at the origin (and to reads through this slot at once), or the memarts-only object
     /// is durable. Otherwise nothing is written.
     pub async fn finish_upload(
-        &self,
+        self: &Arc<Self>,
         upload: Upload,
         size: u64,
         crc32c: u32,
@@ -92,7 +92,7 @@ impl Engine {
                 }
                 let (etag, version) = upload.finish().await?;
                 let meta = ObjectMeta { size, etag, version, last_modified_ms: now_ms() };
-                self.note_written(&url, &meta);
+                self.note_written(&url, &meta).await;
                 Ok(meta)
             }
             Target::Only { store, writer } => {

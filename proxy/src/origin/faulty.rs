@@ -47,6 +47,7 @@ pub struct FaultyStore {
     faults: Mutex<VecDeque<Fault>>,
     gets: AtomicU64,
     heads: AtomicU64,
+    lists: AtomicU64,
     if_matches: Mutex<Vec<Option<String>>>,
 }
 
@@ -57,6 +58,7 @@ impl FaultyStore {
             faults: Mutex::default(),
             gets: AtomicU64::new(0),
             heads: AtomicU64::new(0),
+            lists: AtomicU64::new(0),
             if_matches: Mutex::default(),
         }
     }
@@ -79,6 +81,11 @@ impl FaultyStore {
     /// HEAD requests received, faulty or not.
     pub fn heads(&self) -> u64 {
         self.heads.load(Ordering::SeqCst)
+    }
+
+    /// Listings asked for (`list`, from the start or from an offset), faulty or not.
+    pub fn lists(&self) -> u64 {
+        self.lists.load(Ordering::SeqCst)
     }
 
     /// The `If-Match` of every GET received, in order.
@@ -234,8 +241,25 @@ impl ObjectStore for FaultyStore {
         self.inner.delete(location)
     }
 
+    /// Counted as a listing; a scripted `Stall` holds its first page back, any other fault fails it.
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        let fault = self.faults.lock().unwrap().pop_front();
+        let inner = self.inner.list(prefix);
+        match fault {
+            None => inner,
+            Some(Fault::Stall(pause)) => {
+                let wait = futures::stream::once(async move {
+                    tokio::time::sleep(pause).await;
+                    None
+                });
+                wait.chain(inner.map(Some)).filter_map(futures::future::ready).boxed()
+            }
+            Some(other) => futures::stream::once(async move {
+                Err(object_store::Error::Generic { store: "faulty", source: format!("{other:?}").into() })
+            })
+            .boxed(),
+        }
     }
 
     fn list_with_delimiter<'a, 'b, 'f>(

@@ -91,7 +91,30 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let reply = cx.engine.fill(&req).await.map(Response::Filled);
             cx.answer(reply).await
         }
+        Request::Revalidate { url } => revalidate(cx, &url).await,
+        Request::Forget { url } => forget(cx, &url).await,
     }
+}
+
+/// Another slot wrote or deleted an object of a directory this slot lists: the fleet's own uid only.
+async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
+    let reply = if cx.settings.local.is_own(cx.session.uid) {
+        cx.engine.serve_forget(url).map(|()| Response::Forgotten)
+    } else {
+        Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
+    };
+    cx.answer(reply).await
+}
+
+/// Another slot asks for a version its directory's listing shows: only the fleet's own uid may
+/// (whoever else could would vouch for versions of objects to the slot that asks).
+async fn revalidate(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
+    let reply = if cx.settings.local.is_own(cx.session.uid) {
+        cx.engine.serve_revalidate(url).await.map(Response::Revalidated)
+    } else {
+        Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots ask one another"))
+    };
+    cx.answer(reply).await
 }
 
 /// Direct hits a client reports: only the fleet's own uid can read chunk files, so only it may.

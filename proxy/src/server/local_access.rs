@@ -69,7 +69,9 @@ impl LocalAccess {
             | Request::PrefetchStatus
             | Request::AdmissionStatus
             | Request::Metrics
-            | Request::Touched(_) => Vec::new(),
+            | Request::Touched(_)
+            | Request::Revalidate { .. }
+            | Request::Forget { .. } => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

@@ -1,0 +1,202 @@
+//! Versions of a directory's objects as listings of it showed them: what a slot that owns the
+//! directory (`meta_owner_slot` of its URL) answers, for every slot, when their metadata of one of
+//! its objects has expired, instead of one HEAD per object (`revalidate.rs`).
+//!
+//! A listing page covers a range of keys: every key of the bucket in `(after, last]` (`after`: the
+//! key the page started after, none from the directory's start; `last`: its last key, none when
+//! the listing ended). Every object of the directory in that range was in the page, so for a key
+//! in a fresh range the page's entry is the version the origin had then, and a key the page did
+//! not show did not exist then. Ranges and entries are trusted for the metadata TTL from when the
+//! page was asked for; at most [`MAX_ENTRIES`] entries are kept, the least recently used
+//! directories dropped first.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use lru::LruCache;
+use memarts_protocol::ObjectMeta;
+
+/// Entries kept over every directory (a hundred bytes or so each).
+pub const MAX_ENTRIES: usize = 512 << 10;
+
+/// What a lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seen {
+    /// In a fresh range, with this version, listed that long ago.
+    Listed(ObjectMeta, Duration),
+    /// In a fresh range, and not listed: it did not exist when the page was asked for.
+    Absent,
+    /// In no fresh range: a listing would have to be asked for.
+    Unknown,
+}
+
+/// One page's range of keys, `(after, last]`, and when it was asked for.
+#[derive(Debug, Clone)]
+struct Range {
+    after: Option<String>,
+    last: Option<String>,
+    at: Instant,
+}
+
+impl Range {
+    fn covers(&self, key: &str) -> bool {
+        self.after.as_deref().is_none_or(|a| a < key) && self.last.as_deref().is_none_or(|l| key <= l)
+    }
+}
+
+#[derive(Default)]
+struct Dir {
+    ranges: Vec<Range>,
+    entries: BTreeMap<String, (ObjectMeta, Instant)>,
+    /// Keys written or deleted through the fleet, and when: a page asked for before that shows
+    /// what the origin had before, and is not taken for them.
+    forgotten: BTreeMap<String, Instant>,
+    /// A listing of it was cut into pages: it has more keys than one page holds.
+    large: bool,
+}
+
+pub struct DirVersions {
+    ttl: Duration,
+    dirs: Mutex<(LruCache<String, Dir>, usize)>,
+}
+
+impl DirVersions {
+    pub fn new(ttl: Duration) -> DirVersions {
+        DirVersions { ttl, dirs: Mutex::new((LruCache::unbounded(), 0)) }
+    }
+
+    /// What the fresh pages of directory `dir` say of `key` (a key of that directory).
+    pub fn lookup(&self, dir: &str, key: &str) -> Seen {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(d) = dirs.0.get_mut(dir) else { return Seen::Unknown };
+        let ttl = self.ttl;
+        // The newest page that covers it says what the origin had last.
+        let fresh = d.ranges.iter().filter(|r| r.at.elapsed() < ttl && r.covers(key));
+        let Some(range) = fresh.max_by_key(|r| r.at) else {
+            return Seen::Unknown;
+        };
+        match d.entries.get(key) {
+            // An entry older than the range that covers it was not in that page: gone since.
+            Some((meta, at)) if *at >= range.at => Seen::Listed(meta.clone(), at.elapsed()),
+            _ => Seen::Absent,
+        }
+    }
+
+    /// Whether listings of `dir` came in more than one page (from the last one that did).
+    pub fn is_large(&self, dir: &str) -> bool {
+        self.dirs.lock().unwrap_or_else(|p| p.into_inner()).0.peek(dir).is_some_and(|d| d.large)
+    }
+
+    /// Forgets what pages showed of `key` of `dir` (written or deleted through the fleet): until a
+    /// page asked for after now shows it, it is `Absent` (its version is asked of the origin).
+    pub fn forget(&self, dir: &str, key: &str) {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let (cache, total) = &mut *dirs;
+        if let Some(d) = cache.get_mut(dir) {
+            if d.entries.remove(key).is_some() {
+                *total -= 1;
+            }
+            d.forgotten.insert(key.to_string(), Instant::now());
+        }
+    }
+
+    /// Records a page of `dir` asked for at `at`, covering `(after, last]`, with `entries` (keys of
+    /// that directory, in it); `more`: the listing went on after it.
+    pub fn record(
+        &self,
+        dir: &str,
+        after: Option<String>,
+        last: Option<String>,
+        more: bool,
+        at: Instant,
+        entries: Vec<(String, ObjectMeta)>,
+    ) {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let (cache, total) = &mut *dirs;
+        if cache.peek(dir).is_none() {
+            cache.put(dir.to_string(), Dir::default());
+        }
+        let d = cache.get_mut(dir).expect("just put");
+        let ttl = self.ttl;
+        let before = d.entries.len();
+        d.ranges.retain(|r| r.at.elapsed() < ttl);
+        d.entries.retain(|_, (_, seen)| seen.elapsed() < ttl);
+        d.large |= more || after.is_some();
+        d.ranges.push(Range { after, last: if more { last } else { None }, at });
+        d.forgotten.retain(|_, when| when.elapsed() < ttl);
+        for (key, meta) in entries {
+            if d.forgotten.get(&key).is_none_or(|when| *when < at) {
+                d.entries.insert(key, (meta, at));
+            }
+        }
+        *total = *total + d.entries.len() - before;
+        while *total > MAX_ENTRIES {
+            match cache.pop_lru() {
+                Some((_, old)) => *total -= old.entries.len(),
+                None => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(etag: &str) -> ObjectMeta {
+        ObjectMeta { size: 3, etag: Some(etag.into()), version: None, last_modified_ms: 0 }
+    }
+
+    #[test]
+    fn a_page_tells_the_versions_of_its_range_for_the_ttl() {
+        let v = DirVersions::new(Duration::from_millis(200));
+        assert_eq!(v.lookup("d", "d/a"), Seen::Unknown);
+        let t0 = Instant::now();
+        let page = vec![("d/a".to_string(), meta("1")), ("d/c".to_string(), meta("2"))];
+        v.record("d", None, Some("d/c".into()), true, t0, page);
+        assert!(matches!(v.lookup("d", "d/a"), Seen::Listed(m, _) if m == meta("1")));
+        assert_eq!(v.lookup("d", "d/b"), Seen::Absent, "in the range, not listed");
+        assert_eq!(v.lookup("d", "d/d"), Seen::Unknown, "past the page's last key");
+        assert!(v.is_large("d"));
+        // The next page covers the rest, to the end.
+        v.record(
+            "d",
+            Some("d/c".into()),
+            Some("d/e".into()),
+            false,
+            Instant::now(),
+            vec![("d/e".into(), meta("3"))],
+        );
+        assert!(matches!(v.lookup("d", "d/e"), Seen::Listed(..)));
+        assert_eq!(v.lookup("d", "d/z"), Seen::Absent, "the listing ended: nothing after it");
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(v.lookup("d", "d/a"), Seen::Unknown, "past the TTL");
+    }
+
+    #[test]
+    fn a_key_written_through_the_fleet_is_not_taken_from_a_page_asked_for_before() {
+        let v = DirVersions::new(Duration::from_secs(60));
+        let before = Instant::now();
+        v.record("d", None, None, false, before, vec![("d/a".into(), meta("old"))]);
+        v.forget("d", "d/a");
+        assert_eq!(v.lookup("d", "d/a"), Seen::Absent);
+        // A page that was in flight during the write comes back with the old version: not taken.
+        v.record("d", None, None, false, before, vec![("d/a".into(), meta("old"))]);
+        assert_eq!(v.lookup("d", "d/a"), Seen::Absent);
+        std::thread::sleep(Duration::from_millis(2));
+        v.record("d", None, None, false, Instant::now(), vec![("d/a".into(), meta("new"))]);
+        assert!(matches!(v.lookup("d", "d/a"), Seen::Listed(m, _) if m == meta("new")));
+    }
+
+    #[test]
+    fn an_object_gone_from_a_newer_page_is_absent_not_its_old_version() {
+        let v = DirVersions::new(Duration::from_secs(60));
+        v.record("d", None, None, false, Instant::now(), vec![("d/a".into(), meta("1"))]);
+        std::thread::sleep(Duration::from_millis(5));
+        v.record("d", None, None, false, Instant::now(), vec![("d/b".into(), meta("2"))]);
+        assert_eq!(v.lookup("d", "d/a"), Seen::Absent);
+        assert!(matches!(v.lookup("d", "d/b"), Seen::Listed(..)));
+        assert!(!v.is_large("d"));
+    }
+}

@@ -1,0 +1,227 @@
+//! Expired metadata revalidated by listing the object's directory, not by a HEAD per object (issue
+//! 29): a warm epoch that starts after the metadata TTL asks the origin once per page of 1,000
+//! keys, not once per object. The slot that owns a directory (`meta_owner_slot` of its URL) lists
+//! it, one page at a time however many readers ask, and answers for every slot of the fleet
+//! (`Request::Revalidate`); the versions it saw are trusted for the TTL from when the page was
+//! asked for (`dir_versions.rs`), so an object replaced at the origin is seen within the TTL, as
+//! with a HEAD. A first page starts at the directory's start (a directory of up to 1,000 objects
+//! is then known whole); in a directory known to be larger, a page starts just before the key that
+//! is wanted.
+//!
+//! A "page" here is one such listing (two requests of S3 at most, see [`PAGE_KEYS`]).
+//!
+//! Anything a listing cannot settle goes to the origin with a HEAD, as before: a local path (a
+//! `stat` costs less than a listing), an object the listing does not show (created since, or
+//! gone), a directory whose listing fails (503s, resets: after the origin's own retries), an owner
+//! slot that does not answer.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memarts_protocol::{
+    meta_owner_slot, ConfirmedMeta, ListRequest, ObjectMeta, ObjectUrl, OriginKind, Request, Response,
+    WireError,
+};
+
+use super::dir_versions::Seen;
+use super::{parse_url, Engine};
+
+/// Keys of one listing of a directory: S3 answers 1,000 keys a request, and the next request is
+/// made only to see past them, so a directory of up to 1,000 objects costs one request, one of up
+/// to 1,999 two, and a larger one two requests for each 1,999 keys (the last key seen only says
+/// that more follow).
+const PAGE_KEYS: u32 = 1999;
+
+/// An object's directory: its URL (`s3://bucket/a/b`, or `s3://bucket` for the bucket's top) and
+/// its key (`a/b`, or empty).
+struct Dir {
+    url: String,
+    key: String,
+    bucket: String,
+}
+
+fn dir_of(url: &ObjectUrl) -> Dir {
+    let key = url.key.rsplit_once('/').map_or("", |(dir, _)| dir).to_string();
+    let url_of =
+        if key.is_empty() { format!("s3://{}", url.bucket) } else { format!("s3://{}/{key}", url.bucket) };
+    Dir { url: url_of, key, bucket: url.bucket.clone() }
+}
+
+/// Whether `key` is an object of directory `dir` itself (not of one below it).
+fn in_dir(dir: &str, key: &str) -> bool {
+    key.rsplit_once('/').map_or("", |(d, _)| d) == dir
+}
+
+/// A key just before `key` in byte order, below which a page may start to show `key` (a few keys
+/// before it may come too): `key` without its last character, and without a `/` it would end with.
+fn just_before(key: &str) -> Option<String> {
+    let mut chars = key.chars();
+    chars.next_back()?;
+    let shorter = chars.as_str().trim_end_matches('/');
+    (!shorter.is_empty()).then(|| shorter.to_string())
+}
+
+impl Engine {
+    /// Lets this slot ask the other slots of its fleet for what they own; once, before it serves.
+    pub fn know_siblings(&self, siblings: Arc<crate::siblings::Siblings>) {
+        let _ = self.siblings.set(siblings);
+    }
+
+    /// The version of `url` the listing of its directory shows, and how long ago it was listed:
+    /// from this slot if it owns the directory, else from the slot that does. `None` when no
+    /// listing can tell (see the module docs): the caller asks with a HEAD.
+    pub(super) async fn revalidate_by_listing(
+        self: &Arc<Self>,
+        url: &ObjectUrl,
+    ) -> Option<(ObjectMeta, Duration)> {
+        if url.kind != OriginKind::S3 || self.info.passthrough {
+            return None;
+        }
+        let dir = dir_of(url);
+        let owner = meta_owner_slot(&dir.url, self.info.slots);
+        if owner == self.info.slot {
+            return self.listed_version(url, &dir).await;
+        }
+        let siblings = self.siblings.get()?;
+        match siblings.call(owner, &Request::Revalidate { url: url.to_string() }).await {
+            Ok(Response::Revalidated(Some(c))) => Some((c.meta, Duration::from_millis(c.confirmed_ms_ago))),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!("revalidating {url} through its directory's slot: {e}");
+                None
+            }
+        }
+    }
+
+    /// `Request::Revalidate` from another slot: this slot's answer as the owner of the directory
+    /// (`None` if it is not: a request is never passed on).
+    pub async fn serve_revalidate(self: &Arc<Self>, url: &str) -> Result<Option<ConfirmedMeta>, WireError> {
+        let url = parse_url(url)?;
+        if url.kind != OriginKind::S3 || self.info.passthrough {
+            return Ok(None);
+        }
+        let dir = dir_of(&url);
+        if meta_owner_slot(&dir.url, self.info.slots) != self.info.slot {
+            return Ok(None);
+        }
+        let listed = self.listed_version(&url, &dir).await;
+        Ok(listed.map(|(meta, ago)| ConfirmedMeta { meta, confirmed_ms_ago: ago.as_millis() as u64 }))
+    }
+
+    /// After `url` was written or deleted through this slot: the owner of its directory (this slot,
+    /// or the one asked) forgets what listings showed of it, before the client is answered.
+    pub(super) async fn forget_listed(self: &Arc<Self>, url: &ObjectUrl) {
+        if url.kind != OriginKind::S3 || self.info.passthrough {
+            return;
+        }
+        let dir = dir_of(url);
+        let owner = meta_owner_slot(&dir.url, self.info.slots);
+        if owner == self.info.slot {
+            return self.dir_versions.forget(&dir.url, &url.key);
+        }
+        let Some(siblings) = self.siblings.get() else { return };
+        if let Err(e) = siblings.call(owner, &Request::Forget { url: url.to_string() }).await {
+            // Its listings of the directory are then trusted until their TTL ends, as a reader's
+            // metadata of an object written elsewhere is.
+            tracing::warn!("slot {owner} did not hear that {url} changed: {e}");
+        }
+    }
+
+    /// `Request::Forget` from another slot: forgets what this slot's listings showed of `url`.
+    pub fn serve_forget(&self, url: &str) -> Result<(), WireError> {
+        let url = parse_url(url)?;
+        if url.kind == OriginKind::S3 {
+            self.dir_versions.forget(&dir_of(&url).url, &url.key);
+        }
+        Ok(())
+    }
+
+    /// As the owner of `dir`: what its fresh pages say of `url`, after listing the page that
+    /// covers it if none does.
+    async fn listed_version(self: &Arc<Self>, url: &ObjectUrl, dir: &Dir) -> Option<(ObjectMeta, Duration)> {
+        // A listing ends one page at a time: a reader waits for the one in flight, then asks for
+        // the page that covers its own key if that one did not (a few times at most).
+        for _ in 0..3 {
+            match self.dir_versions.lookup(&dir.url, &url.key) {
+                Seen::Listed(meta, ago) => return Some((meta, ago)),
+                Seen::Absent => return None,
+                Seen::Unknown => {}
+            }
+            if !self.list_page_of(dir, &url.key).await {
+                return None;
+            }
+        }
+        None
+    }
+
+    /// Lists one page of `dir`, one at a time per directory: from its start, or, in a directory
+    /// known to be larger than a page, from just before `key`. Whether the page came.
+    async fn list_page_of(self: &Arc<Self>, dir: &Dir, key: &str) -> bool {
+        let flight = xxhash_rust::xxh3::xxh3_128(format!("list\0{}", dir.url).as_bytes());
+        let (this, dir_url, dir_key, bucket) =
+            (self.clone(), dir.url.clone(), dir.key.clone(), dir.bucket.clone());
+        let after = self.dir_versions.is_large(&dir.url).then(|| just_before(key)).flatten();
+        let listed = self
+            .dir_flights
+            .join_fallible(flight, "the listing of this directory", move |leader| async move {
+                let at = Instant::now();
+                let req = ListRequest {
+                    url: dir_url.clone(),
+                    recursive: true,
+                    start_after: after.as_ref().map(|a| format!("s3://{bucket}/{a}")),
+                    max_entries: PAGE_KEYS,
+                };
+                let page = match this.origin.list(&req).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        tracing::warn!("listing {dir_url} failed, asking for each object instead: {e}");
+                        leader.publish(Err(WireError::from(e)));
+                        return;
+                    }
+                };
+                let prefix = format!("s3://{bucket}/");
+                let key_of = |u: &str| u.strip_prefix(&prefix).unwrap_or(u).to_string();
+                let last = page.entries.last().map(|e| key_of(&e.url));
+                let entries = page
+                    .entries
+                    .iter()
+                    .filter(|e| !e.is_dir && in_dir(&dir_key, &key_of(&e.url)))
+                    .map(|e| {
+                        let meta = ObjectMeta {
+                            size: e.size,
+                            etag: e.etag.clone(),
+                            version: None,
+                            last_modified_ms: e.last_modified_ms,
+                        };
+                        (key_of(&e.url), meta)
+                    })
+                    .collect();
+                this.stats.listed_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                this.dir_versions.record(&dir_url, after, last, page.next.is_some(), at, entries);
+                leader.publish(Ok(()));
+            })
+            .await;
+        listed.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_and_the_keys_just_before_a_key() {
+        let d = dir_of(&ObjectUrl::parse("s3://b/train/a/x.jpg").unwrap());
+        assert_eq!((d.url.as_str(), d.key.as_str()), ("s3://b/train/a", "train/a"));
+        let top = dir_of(&ObjectUrl::parse("s3://b/x.jpg").unwrap());
+        assert_eq!((top.url.as_str(), top.key.as_str()), ("s3://b", ""));
+        assert!(in_dir("train/a", "train/a/x") && !in_dir("train/a", "train/a/sub/x") && in_dir("", "x"));
+        assert_eq!(just_before("train/a/x1").as_deref(), Some("train/a/x"));
+        assert_eq!(just_before("train/a/x").as_deref(), Some("train/a"), "no trailing /");
+        assert_eq!(just_before("x"), None);
+        assert_eq!(just_before("é"), None);
+        for key in ["train/a/x1", "train/a/x", "a/b0", "a/é"] {
+            assert!(just_before(key).unwrap().as_str() < key);
+        }
+    }
+}
