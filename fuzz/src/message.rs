@@ -83,7 +83,9 @@ fn check_request(request: &Request) {
         | Request::PutStart { url }
         | Request::Delete { url }
         | Request::PutMemartsStart { url }
-        | Request::ReadMemarts { url } => check_url(url),
+        | Request::ReadMemarts { url }
+        | Request::Revalidate { url }
+        | Request::Forget { url } => check_url(url),
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus

@@ -27,6 +27,10 @@ fn meta() -> ObjectMeta {
     }
 }
 
+fn confirmed() -> memarts_protocol::ConfirmedMeta {
+    memarts_protocol::ConfirmedMeta { meta: meta(), confirmed_ms_ago: 1500 }
+}
+
 fn chunk_reply(body: ChunkBody) -> ChunkReply {
     let from_cache = matches!(body, ChunkBody::Fd { .. });
     ChunkReply { len: 1 << 20, crc32c: 0xe306_9283, body, from_cache }
@@ -72,6 +76,8 @@ pub fn requests() -> Vec<Request> {
             urls: vec!["s3://bucket/images/0003.jpg".into()],
             chunk_size: 1 << 20,
         }),
+        Request::Revalidate { url: "s3://bucket/images/0004.jpg".into() },
+        Request::Forget { url: "s3://bucket/images/0004.jpg".into() },
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -158,6 +164,11 @@ pub fn responses() -> Vec<Response> {
                 },
             ],
         }),
+        Response::Touched { counted: 3 },
+        Response::Filled(vec![Ok(meta()), Err(WireError::new(ErrorCode::NotFound, "gone"))]),
+        Response::Revalidated(Some(confirmed())),
+        Response::Revalidated(None),
+        Response::Forgotten,
     ]
 }
 
@@ -192,10 +203,14 @@ pub fn peer_messages() -> Vec<Vec<u8>> {
         encode(&PeerRequest::ReadChunk(chunk_request(2))),
         encode(&PeerRequest::ReadFirst(first)),
         encode(&PeerRequest::Status),
+        encode(&PeerRequest::Revalidate { url: "s3://bucket/images/0004.jpg".into() }),
+        encode(&PeerRequest::Forget { url: "s3://bucket/images/0004.jpg".into() }),
         encode(&PeerResponse::Welcome),
         encode(&PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, "not a member"))),
         encode(&PeerResponse::Chunk(inline())),
         encode(&PeerResponse::First { meta: meta(), confirmed_ms_ago: 1234, chunk: Some(inline()) }),
+        encode(&PeerResponse::Revalidated(Some(confirmed()))),
+        encode(&PeerResponse::Forgotten),
         encode(&PeerHello { node: "node-a".into() }),
         encode(&PeerWelcome { node: "node-b".into(), slot: 1, slots: 8 }),
     ]

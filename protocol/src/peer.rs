@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
-use crate::message::{ChunkReply, ChunkRequest, FirstRequest, ObjectMeta};
+use crate::message::{ChunkReply, ChunkRequest, ConfirmedMeta, FirstRequest, ObjectMeta};
 
 /// The peer protocol version this build speaks. 3: the Noise handshake and sealed frames (2 was an
 /// HMAC challenge and response, then frames in clear).
@@ -86,6 +86,13 @@ pub enum PeerRequest {
     ReadFirst(FirstRequest),
     /// The slot's cluster counters and view of the members; answered with `Status`.
     Status,
+    /// The version of an object-store object as the listing of its directory shows it, asked of
+    /// the node that owns the directory (and its slot that does), which lists it once for the pool;
+    /// answered with `Revalidated`.
+    Revalidate { url: String },
+    /// `url` was written or deleted through the asking node: the node that owns its directory
+    /// forgets what listings showed of it. Answered with `Forgotten`.
+    Forget { url: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,6 +116,11 @@ pub enum PeerResponse {
         chunk: Option<ChunkReply>,
     },
     Status(ClusterStatus),
+    /// Answer to `Revalidate`: the version and how long ago the origin listed it, or `None` when no
+    /// listing can tell (the asking node then asks the origin itself).
+    Revalidated(Option<ConfirmedMeta>),
+    /// Answer to `Forget`.
+    Forgotten,
 }
 
 /// What one member looks like from a slot.

@@ -105,3 +105,46 @@ fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
     let (heads2, _) = heads_and_lists(&bucket);
     assert!(heads2 > heads, "no object was revalidated with a HEAD after the listing failed");
 }
+
+/// The same in a pool of 3 nodes: each directory is listed once for the pool (by the node that owns
+/// it), not once per node.
+#[test]
+fn in_a_pool_each_directory_is_listed_once_not_once_per_node() {
+    let bucket = moto().bucket("relist-pool");
+    let data = dataset(&bucket, 3, 300);
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
+    let cluster = crate::common::cluster::Cluster::start(
+        3,
+        2,
+        "",
+        &[("MEMARTS_CONFIG", config.path().to_str().unwrap())],
+    );
+    let read_everywhere = |data: &Arc<Vec<(String, Vec<u8>)>>| {
+        let handles: Vec<_> = (0..3)
+            .map(|node| {
+                let (client, data) = (cluster.client(node, 1 << 20), data.clone());
+                std::thread::spawn(move || {
+                    for (url, want) in data.iter() {
+                        assert!(client.read(url).unwrap_or_else(|e| panic!("{url}: {e}")) == *want, "{url}");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a node's reader failed");
+        }
+    };
+    read_everywhere(&data);
+    std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
+    let (heads, lists) = heads_and_lists(&bucket);
+    let started = Instant::now();
+    read_everywhere(&data);
+    assert!(started.elapsed() < Duration::from_secs_f64(TTL), "epoch 2 outlived the TTL");
+    let (heads2, lists2) = heads_and_lists(&bucket);
+    let (new_heads, new_lists) = (heads2 - heads, lists2 - lists);
+    assert!(
+        new_heads + new_lists <= 3,
+        "3 nodes revalidated 900 objects in 3 directories with {new_heads} HEADs and {new_lists} LISTs"
+    );
+}

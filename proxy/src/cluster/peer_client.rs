@@ -113,6 +113,41 @@ impl PeerClient {
         }
     }
 
+    /// The version of `url` as the listing of its directory `dir_url` shows it, from `member` (the
+    /// slot that owns the directory there).
+    pub async fn revalidate(
+        &self,
+        member: &Member,
+        dir_url: &str,
+        url: &str,
+    ) -> Result<Option<memarts_protocol::ConfirmedMeta>, PeerError> {
+        let slots = self.remote_slots(member).await?;
+        let slot = memarts_protocol::meta_owner_slot(dir_url, slots);
+        match self.call(member, slot, &PeerRequest::Revalidate { url: url.to_string() }, 0).await? {
+            (PeerResponse::Revalidated(answer), _) => Ok(answer),
+            (PeerResponse::Error(e), _) => Err(answer_or_unreachable(member, e)),
+            (other, _) => Err(PeerError::Unreachable {
+                node: member.id.clone(),
+                why: format!("unexpected answer to Revalidate: {other:?}"),
+            }),
+        }
+    }
+
+    /// Tells `member` (the slot that owns directory `dir_url` there) that `url` was written or
+    /// deleted here: it forgets what its listings showed of it.
+    pub async fn tell_changed(&self, member: &Member, dir_url: &str, url: &str) -> Result<(), PeerError> {
+        let slots = self.remote_slots(member).await?;
+        let slot = memarts_protocol::meta_owner_slot(dir_url, slots);
+        match self.call(member, slot, &PeerRequest::Forget { url: url.to_string() }, 0).await? {
+            (PeerResponse::Forgotten, _) => Ok(()),
+            (PeerResponse::Error(e), _) => Err(answer_or_unreachable(member, e)),
+            (other, _) => Err(PeerError::Unreachable {
+                node: member.id.clone(),
+                why: format!("unexpected answer to Forget: {other:?}"),
+            }),
+        }
+    }
+
     /// The counters and member view of `slot` on `member`.
     pub async fn status(&self, member: &Member, slot: u32) -> Result<ClusterStatus, PeerError> {
         match self.call(member, slot, &PeerRequest::Status, 0).await?.0 {
@@ -156,7 +191,7 @@ impl PeerClient {
         if !fresh && matches!(result, Ok(Err(_))) {
             // A connection from before the peer restarted (or one a forged record ended): drop it,
             // and the others to that slot.
-            self.forget(member, slot);
+            self.drop_connections(member, slot);
             sealed = self.connect(member, slot).await?;
             result = tokio::time::timeout(deadline, self.exchange(&mut sealed, request, max_payload)).await;
         }
@@ -167,7 +202,7 @@ impl PeerClient {
                 Ok(reply)
             }
             Ok(Err(SealedError::Forged)) => {
-                self.forget(member, slot);
+                self.drop_connections(member, slot);
                 Err(PeerError::Forged { node, why: SealedError::Forged.to_string() })
             }
             Ok(Err(why)) => {
@@ -247,7 +282,7 @@ impl PeerClient {
         }
     }
 
-    fn forget(&self, member: &Member, slot: u32) {
+    fn drop_connections(&self, member: &Member, slot: u32) {
         self.pools().remove(&(member.id.clone(), slot));
     }
 

@@ -208,6 +208,18 @@ async fn connection(
                     Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
             }
+            PeerRequest::Revalidate { url } => {
+                let answer = engine.serve_peer_revalidate(&peer, &url).await;
+                let reply = answer.map_or_else(PeerResponse::Error, PeerResponse::Revalidated);
+                send(&mut sealed, &reply, &[]).await?
+            }
+            PeerRequest::Forget { url } => {
+                let reply = match engine.serve_peer_forget(&peer, &url) {
+                    Ok(()) => PeerResponse::Forgotten,
+                    Err(e) => PeerResponse::Error(e),
+                };
+                send(&mut sealed, &reply, &[]).await?
+            }
             PeerRequest::Status => {
                 send(&mut sealed, &PeerResponse::Status(engine.cluster_status()), &[]).await?
             }

@@ -171,6 +171,23 @@ impl Engine {
         Ok(First { meta, confirmed_ago, chunk })
     }
 
+    /// `PeerRequest::Revalidate` of member `peer`: this node's answer for the directory it owns
+    /// (object-store URLs only).
+    pub async fn serve_peer_revalidate(
+        self: &Arc<Self>,
+        peer: &str,
+        url: &str,
+    ) -> Result<Option<memarts_protocol::ConfirmedMeta>, WireError> {
+        self.refuse_unpooled(peer, url)?;
+        self.serve_revalidate(url).await
+    }
+
+    /// `PeerRequest::Forget` of member `peer` (object-store URLs only).
+    pub fn serve_peer_forget(&self, peer: &str, url: &str) -> Result<(), WireError> {
+        self.refuse_unpooled(peer, url)?;
+        self.serve_forget(url)
+    }
+
     /// `url` parsed, if it is one the pool serves; otherwise a typed refusal, counted and logged.
     fn refuse_unpooled(&self, peer: &str, url: &str) -> Result<ObjectUrl, WireError> {
         match parse_url(url) {

@@ -8,7 +8,7 @@
 //! is then known whole); in a directory known to be larger, a page starts just before the key that
 //! is wanted.
 //!
-//! A "page" here is one such listing (two requests of S3 at most, see [`PAGE_KEYS`]).
+//! A "page" here is one such listing (two requests of S3 at most, see [`FIRST_PAGE_KEYS`]).
 //!
 //! Anything a listing cannot settle goes to the origin with a HEAD, as before: a local path (a
 //! `stat` costs less than a listing), an object the listing does not show (created since, or
@@ -26,11 +26,12 @@ use memarts_protocol::{
 use super::dir_versions::Seen;
 use super::{parse_url, Engine};
 
-/// Keys of one listing of a directory: S3 answers 1,000 keys a request, and the next request is
-/// made only to see past them, so a directory of up to 1,000 objects costs one request, one of up
-/// to 1,999 two, and a larger one two requests for each 1,999 keys (the last key seen only says
-/// that more follow).
-const PAGE_KEYS: u32 = 1999;
+/// Keys of a directory's first listing: S3 answers 1,000 keys a request, and the next request is
+/// made only to see past them, so a directory of up to 1,000 objects costs one request and one of
+/// up to 1,999 two (the last key seen only says that more follow).
+const FIRST_PAGE_KEYS: u32 = 1999;
+/// Keys of a listing from just before a wanted key, in a directory known to be larger: one request.
+const PAGE_KEYS: u32 = 999;
 
 /// An object's directory: its URL (`s3://bucket/a/b`, or `s3://bucket` for the bucket's top) and
 /// its key (`a/b`, or empty).
@@ -45,6 +46,11 @@ fn dir_of(url: &ObjectUrl) -> Dir {
     let url_of =
         if key.is_empty() { format!("s3://{}", url.bucket) } else { format!("s3://{}/{key}", url.bucket) };
     Dir { url: url_of, key, bucket: url.bucket.clone() }
+}
+
+/// Where a directory is placed in a cluster: the node that lists it for the pool.
+fn dir_placement(dir: &Dir) -> u64 {
+    memarts_protocol::placement("s3", &dir.bucket, &format!("{}/", dir.key), 0, 0)
 }
 
 /// Whether `key` is an object of directory `dir` itself (not of one below it).
@@ -78,6 +84,10 @@ impl Engine {
             return None;
         }
         let dir = dir_of(url);
+        // In a cluster, the node that owns the directory lists it for the pool.
+        if let Some(answer) = self.revalidate_at_owner_node(url, &dir).await {
+            return answer;
+        }
         let owner = meta_owner_slot(&dir.url, self.info.slots);
         if owner == self.info.slot {
             return self.listed_version(url, &dir).await;
@@ -89,6 +99,35 @@ impl Engine {
             Err(e) => {
                 tracing::debug!("revalidating {url} through its directory's slot: {e}");
                 None
+            }
+        }
+    }
+
+    /// In a cluster whose owner of `dir` is another node: its answer (`Some(None)` when it has
+    /// none, or could not be asked: the origin is asked here, without waiting for a listing of
+    /// this node). `None` outside a cluster, or where this node owns the directory.
+    async fn revalidate_at_owner_node(
+        &self,
+        url: &ObjectUrl,
+        dir: &Dir,
+    ) -> Option<Option<(ObjectMeta, Duration)>> {
+        let cluster = self.cluster()?;
+        let owner = cluster.owners(dir_placement(dir)).into_iter().next()?;
+        if owner.id == cluster.me() {
+            return None;
+        }
+        let asked = Instant::now();
+        match cluster.peers.revalidate(&owner, &dir.url, &url.to_string()).await {
+            Ok(answer) => {
+                cluster.succeeded(&owner.id);
+                let ago = |c: &ConfirmedMeta| {
+                    Duration::from_millis(c.confirmed_ms_ago).saturating_add(asked.elapsed())
+                };
+                Some(answer.map(|c| (c.meta.clone(), ago(&c))))
+            }
+            Err(e) => {
+                tracing::debug!(node = owner.id, "revalidating {url} through its directory's node: {e}");
+                Some(None)
             }
         }
     }
@@ -115,6 +154,14 @@ impl Engine {
             return;
         }
         let dir = dir_of(url);
+        if let Some(cluster) = self.cluster() {
+            let owner = cluster.owners(dir_placement(&dir)).into_iter().next();
+            if let Some(owner) = owner.filter(|o| o.id != cluster.me()) {
+                if let Err(e) = cluster.peers.tell_changed(&owner, &dir.url, &url.to_string()).await {
+                    tracing::warn!(node = owner.id, "it did not hear that {url} changed: {e}");
+                }
+            }
+        }
         let owner = meta_owner_slot(&dir.url, self.info.slots);
         if owner == self.info.slot {
             return self.dir_versions.forget(&dir.url, &url.key);
@@ -169,7 +216,7 @@ impl Engine {
                     url: dir_url.clone(),
                     recursive: true,
                     start_after: after.as_ref().map(|a| format!("s3://{bucket}/{a}")),
-                    max_entries: PAGE_KEYS,
+                    max_entries: if after.is_some() { PAGE_KEYS } else { FIRST_PAGE_KEYS },
                 };
                 let page = match this.origin.list(&req).await {
                     Ok(page) => page,
