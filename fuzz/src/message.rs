@@ -84,8 +84,8 @@ fn check_request(request: &Request) {
         | Request::Delete { url }
         | Request::PutMemartsStart { url }
         | Request::ReadMemarts { url }
-        | Request::Revalidate { url }
         | Request::Forget { url } => check_url(url),
+        Request::Revalidate(r) => check_url(&r.url),
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus

@@ -31,6 +31,15 @@ fn confirmed() -> memarts_protocol::ConfirmedMeta {
     memarts_protocol::ConfirmedMeta { meta: meta(), confirmed_ms_ago: 1500 }
 }
 
+fn revalidate() -> memarts_protocol::RevalidateRequest {
+    memarts_protocol::RevalidateRequest {
+        url: "s3://bucket/images/0004.jpg".into(),
+        chunk_size: 1 << 20,
+        slot: 2,
+        slots: 8,
+    }
+}
+
 fn chunk_reply(body: ChunkBody) -> ChunkReply {
     let from_cache = matches!(body, ChunkBody::Fd { .. });
     ChunkReply { len: 1 << 20, crc32c: 0xe306_9283, body, from_cache }
@@ -76,7 +85,7 @@ pub fn requests() -> Vec<Request> {
             urls: vec!["s3://bucket/images/0003.jpg".into()],
             chunk_size: 1 << 20,
         }),
-        Request::Revalidate { url: "s3://bucket/images/0004.jpg".into() },
+        Request::Revalidate(revalidate()),
         Request::Forget { url: "s3://bucket/images/0004.jpg".into() },
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
@@ -166,8 +175,11 @@ pub fn responses() -> Vec<Response> {
         }),
         Response::Touched { counted: 3 },
         Response::Filled(vec![Ok(meta()), Err(WireError::new(ErrorCode::NotFound, "gone"))]),
-        Response::Revalidated(Some(confirmed())),
-        Response::Revalidated(None),
+        Response::Revalidated(memarts_protocol::Revalidated {
+            meta: Some(confirmed()),
+            more: vec![("s3://bucket/images/0005.jpg".into(), confirmed())],
+        }),
+        Response::Revalidated(memarts_protocol::Revalidated::default()),
         Response::Forgotten,
     ]
 }
@@ -203,13 +215,13 @@ pub fn peer_messages() -> Vec<Vec<u8>> {
         encode(&PeerRequest::ReadChunk(chunk_request(2))),
         encode(&PeerRequest::ReadFirst(first)),
         encode(&PeerRequest::Status),
-        encode(&PeerRequest::Revalidate { url: "s3://bucket/images/0004.jpg".into() }),
+        encode(&PeerRequest::Revalidate(revalidate())),
         encode(&PeerRequest::Forget { url: "s3://bucket/images/0004.jpg".into() }),
         encode(&PeerResponse::Welcome),
         encode(&PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, "not a member"))),
         encode(&PeerResponse::Chunk(inline())),
         encode(&PeerResponse::First { meta: meta(), confirmed_ms_ago: 1234, chunk: Some(inline()) }),
-        encode(&PeerResponse::Revalidated(Some(confirmed()))),
+        encode(&PeerResponse::Revalidated(memarts_protocol::Revalidated { meta: Some(confirmed()), more: vec![] })),
         encode(&PeerResponse::Forgotten),
         encode(&PeerHello { node: "node-a".into() }),
         encode(&PeerWelcome { node: "node-b".into(), slot: 1, slots: 8 }),

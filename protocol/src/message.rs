@@ -232,14 +232,12 @@ pub enum Request {
     /// older proxy answers `BadRequest` (it cannot decode the variant) and closes the connection:
     /// the client then reads them instead.
     Fill(FillRequest),
-    /// From another slot of the fleet (the fleet's own uid only): the version of `url` as the
+    /// From another slot of the fleet (the fleet's own uid only): the version of an object as the
     /// listing of its directory shows it, asked of the slot that owns the directory
     /// (`meta_owner_slot` of the directory's URL), which lists it once for every slot. Answered
     /// with `Revalidated`. An older proxy answers `BadRequest` and closes the connection: the
     /// asking slot then asks the origin itself.
-    Revalidate {
-        url: String,
-    },
+    Revalidate(RevalidateRequest),
     /// From another slot of the fleet (the fleet's own uid only), which just wrote or deleted `url`
     /// at the origin: the slot that owns its directory forgets what listings showed of it, so that
     /// no slot takes an older version from them. Answered with `Forgotten` once done.
@@ -254,6 +252,29 @@ pub struct ConfirmedMeta {
     pub meta: ObjectMeta,
     pub confirmed_ms_ago: u64,
 }
+
+/// `Revalidate`: the object, and who asks (slot `slot` of a fleet of `slots`, reading with chunks of
+/// `chunk_size`; 0 if it does not know): the answer also brings the versions of the directory's
+/// other objects whose chunk 0 that slot owns, which it would ask for next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevalidateRequest {
+    pub url: String,
+    pub chunk_size: u64,
+    pub slot: u32,
+    pub slots: u32,
+}
+
+/// Answer to `Revalidate`: the object's version as its directory's listing showed it (`None` when no
+/// listing can tell: the asking slot asks the origin with a HEAD), and at most
+/// [`MAX_REVALIDATED`] other objects of the directory the asking slot serves, each with its URL.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revalidated {
+    pub meta: Option<ConfirmedMeta>,
+    pub more: Vec<(String, ConfirmedMeta)>,
+}
+
+/// Most objects one `Revalidated` carries besides the one asked for.
+pub const MAX_REVALIDATED: usize = 4096;
 
 /// Most URLs one `Fill` may carry.
 pub const MAX_FILL_URLS: usize = 256;
@@ -372,10 +393,8 @@ pub enum Response {
     /// Answer to `Fill`: each object's metadata (its chunk 0 is cached, unless the cache would not
     /// keep it), or why it could not be read, in request order.
     Filled(Vec<Result<ObjectMeta, WireError>>),
-    /// Answer to `Revalidate`: the object's version as its directory's listing showed it, or
-    /// `None` when no listing can tell (the directory could not be listed, or does not show it):
-    /// the asking slot then asks the origin with a HEAD.
-    Revalidated(Option<ConfirmedMeta>),
+    /// Answer to `Revalidate`.
+    Revalidated(Revalidated),
     /// Answer to `Forget`.
     Forgotten,
 }

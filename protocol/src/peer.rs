@@ -28,7 +28,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
-use crate::message::{ChunkReply, ChunkRequest, ConfirmedMeta, FirstRequest, ObjectMeta};
+use crate::message::{ChunkReply, ChunkRequest, FirstRequest, ObjectMeta, RevalidateRequest, Revalidated};
 
 /// The peer protocol version this build speaks. 3: the Noise handshake and sealed frames (2 was an
 /// HMAC challenge and response, then frames in clear).
@@ -88,8 +88,8 @@ pub enum PeerRequest {
     Status,
     /// The version of an object-store object as the listing of its directory shows it, asked of
     /// the node that owns the directory (and its slot that does), which lists it once for the pool;
-    /// answered with `Revalidated`.
-    Revalidate { url: String },
+    /// answered with `Revalidated` (with the other objects the asking node's slot serves).
+    Revalidate(RevalidateRequest),
     /// `url` was written or deleted through the asking node: the node that owns its directory
     /// forgets what listings showed of it. Answered with `Forgotten`.
     Forget { url: String },
@@ -116,9 +116,8 @@ pub enum PeerResponse {
         chunk: Option<ChunkReply>,
     },
     Status(ClusterStatus),
-    /// Answer to `Revalidate`: the version and how long ago the origin listed it, or `None` when no
-    /// listing can tell (the asking node then asks the origin itself).
-    Revalidated(Option<ConfirmedMeta>),
+    /// Answer to `Revalidate` (as on the Unix socket).
+    Revalidated(Revalidated),
     /// Answer to `Forget`.
     Forgotten,
 }

@@ -113,17 +113,17 @@ impl PeerClient {
         }
     }
 
-    /// The version of `url` as the listing of its directory `dir_url` shows it, from `member` (the
-    /// slot that owns the directory there).
+    /// The version of `req.url` as the listing of its directory `dir_url` shows it, from `member`
+    /// (the slot that owns the directory there), with the others the asking slot serves.
     pub async fn revalidate(
         &self,
         member: &Member,
         dir_url: &str,
-        url: &str,
-    ) -> Result<Option<memarts_protocol::ConfirmedMeta>, PeerError> {
+        req: &memarts_protocol::RevalidateRequest,
+    ) -> Result<memarts_protocol::Revalidated, PeerError> {
         let slots = self.remote_slots(member).await?;
         let slot = memarts_protocol::meta_owner_slot(dir_url, slots);
-        match self.call(member, slot, &PeerRequest::Revalidate { url: url.to_string() }, 0).await? {
+        match self.call(member, slot, &PeerRequest::Revalidate(req.clone()), 0).await? {
             (PeerResponse::Revalidated(answer), _) => Ok(answer),
             (PeerResponse::Error(e), _) => Err(answer_or_unreachable(member, e)),
             (other, _) => Err(PeerError::Unreachable {

@@ -208,8 +208,8 @@ async fn connection(
                     Err(e) => send(&mut sealed, &PeerResponse::Error(e), &[]).await?,
                 }
             }
-            PeerRequest::Revalidate { url } => {
-                let answer = engine.serve_peer_revalidate(&peer, &url).await;
+            PeerRequest::Revalidate(req) => {
+                let answer = engine.serve_peer_revalidate(&peer, &req).await;
                 let reply = answer.map_or_else(PeerResponse::Error, PeerResponse::Revalidated);
                 send(&mut sealed, &reply, &[]).await?
             }

@@ -83,6 +83,23 @@ impl DirVersions {
         }
     }
 
+    /// Every object of `dir` its fresh pages show, with its version and how long ago it was listed
+    /// (what [`DirVersions::lookup`] would say of each).
+    pub fn fresh_entries(&self, dir: &str) -> Vec<(String, ObjectMeta, Duration)> {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(d) = dirs.0.get_mut(dir) else { return Vec::new() };
+        let ttl = self.ttl;
+        let fresh: Vec<&Range> = d.ranges.iter().filter(|r| r.at.elapsed() < ttl).collect();
+        d.entries
+            .iter()
+            .filter(|(key, (_, at))| {
+                let newest = fresh.iter().filter(|r| r.covers(key)).map(|r| r.at).max();
+                newest.is_some_and(|n| *at >= n)
+            })
+            .map(|(key, (meta, at))| (key.clone(), meta.clone(), at.elapsed()))
+            .collect()
+    }
+
     /// Whether listings of `dir` came in more than one page (from the last one that did).
     pub fn is_large(&self, dir: &str) -> bool {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner()).0.peek(dir).is_some_and(|d| d.large)
@@ -169,6 +186,8 @@ mod tests {
             vec![("d/e".into(), meta("3"))],
         );
         assert!(matches!(v.lookup("d", "d/e"), Seen::Listed(..)));
+        let keys: Vec<String> = v.fresh_entries("d").into_iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys, ["d/a", "d/c", "d/e"]);
         assert_eq!(v.lookup("d", "d/z"), Seen::Absent, "the listing ended: nothing after it");
         std::thread::sleep(Duration::from_millis(250));
         assert_eq!(v.lookup("d", "d/a"), Seen::Unknown, "past the TTL");

@@ -77,7 +77,7 @@ impl Engine {
         }
         let meta = match known {
             Some(meta) => meta,
-            None => self.stat(&req.url, req.refresh).await?,
+            None => self.stat_for(&req.url, req.refresh, Some(req.chunk_size)).await?,
         };
         if meta.size == 0 {
             return Ok((meta, None));

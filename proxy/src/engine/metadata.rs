@@ -18,6 +18,17 @@ impl Engine {
     /// Metadata of `url`, from the metadata cache while fresh, else from the origin.
     /// Concurrent misses of one URL share one HEAD request (single-flight, as chunk fills do).
     pub async fn stat(self: &Arc<Self>, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {
+        self.stat_for(url, refresh, None).await
+    }
+
+    /// [`Engine::stat`] for a read with chunks of `chunk_size` (which slot reads what next, for a
+    /// revalidation's answer: `revalidate.rs`).
+    pub(super) async fn stat_for(
+        self: &Arc<Self>,
+        url: &str,
+        refresh: bool,
+        chunk_size: Option<u64>,
+    ) -> Result<ObjectMeta, WireError> {
         let parsed = parse_url(url)?;
         let key = parsed.to_string();
         if !refresh {
@@ -34,7 +45,7 @@ impl Engine {
                 // The listing of its directory, which one request keeps fresh for up to 1,000
                 // objects, unless a refresh asks the origin about this one.
                 if !refresh {
-                    if let Some((meta, ago)) = this.revalidate_by_listing(&parsed).await {
+                    if let Some((meta, ago)) = this.revalidate_by_listing(&parsed, chunk_size).await {
                         this.stats.listed_revalidations.fetch_add(1, Ordering::Relaxed);
                         this.meta.put_confirmed(key, meta.clone(), ago);
                         leader.publish(Ok(meta));

@@ -176,10 +176,10 @@ impl Engine {
     pub async fn serve_peer_revalidate(
         self: &Arc<Self>,
         peer: &str,
-        url: &str,
-    ) -> Result<Option<memarts_protocol::ConfirmedMeta>, WireError> {
-        self.refuse_unpooled(peer, url)?;
-        self.serve_revalidate(url).await
+        req: &memarts_protocol::RevalidateRequest,
+    ) -> Result<memarts_protocol::Revalidated, WireError> {
+        self.refuse_unpooled(peer, &req.url)?;
+        self.serve_revalidate(req).await
     }
 
     /// `PeerRequest::Forget` of member `peer` (object-store URLs only).

@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memarts_protocol::{
-    meta_owner_slot, ConfirmedMeta, ListRequest, ObjectMeta, ObjectUrl, OriginKind, Request, Response,
-    WireError,
+    chunk_owner, meta_owner_slot, ConfirmedMeta, ListRequest, ObjectMeta, ObjectUrl, OriginKind, Request,
+    Response, RevalidateRequest, Revalidated, WireError, MAX_REVALIDATED,
 };
 
 use super::dir_versions::Seen;
@@ -74,77 +74,115 @@ impl Engine {
     }
 
     /// The version of `url` the listing of its directory shows, and how long ago it was listed:
-    /// from this slot if it owns the directory, else from the slot that does. `None` when no
-    /// listing can tell (see the module docs): the caller asks with a HEAD.
+    /// from this slot if it owns the directory, else from the slot (or, in a cluster, the node)
+    /// that does, whose answer also brings the versions of the directory's other objects this slot
+    /// serves (read with chunks of `chunk_size`, if known), kept here for their reads to come.
+    /// `None` when no listing can tell (see the module docs): the caller asks with a HEAD.
     pub(super) async fn revalidate_by_listing(
         self: &Arc<Self>,
         url: &ObjectUrl,
+        chunk_size: Option<u64>,
     ) -> Option<(ObjectMeta, Duration)> {
         if url.kind != OriginKind::S3 || self.info.passthrough {
             return None;
         }
         let dir = dir_of(url);
-        // In a cluster, the node that owns the directory lists it for the pool.
-        if let Some(answer) = self.revalidate_at_owner_node(url, &dir).await {
-            return answer;
-        }
-        let owner = meta_owner_slot(&dir.url, self.info.slots);
-        if owner == self.info.slot {
-            return self.listed_version(url, &dir).await;
-        }
-        let siblings = self.siblings.get()?;
-        match siblings.call(owner, &Request::Revalidate { url: url.to_string() }).await {
-            Ok(Response::Revalidated(Some(c))) => Some((c.meta, Duration::from_millis(c.confirmed_ms_ago))),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::debug!("revalidating {url} through its directory's slot: {e}");
-                None
-            }
-        }
-    }
-
-    /// In a cluster whose owner of `dir` is another node: its answer (`Some(None)` when it has
-    /// none, or could not be asked: the origin is asked here, without waiting for a listing of
-    /// this node). `None` outside a cluster, or where this node owns the directory.
-    async fn revalidate_at_owner_node(
-        &self,
-        url: &ObjectUrl,
-        dir: &Dir,
-    ) -> Option<Option<(ObjectMeta, Duration)>> {
-        let cluster = self.cluster()?;
-        let owner = cluster.owners(dir_placement(dir)).into_iter().next()?;
-        if owner.id == cluster.me() {
-            return None;
-        }
+        let req = RevalidateRequest {
+            url: url.to_string(),
+            chunk_size: chunk_size.unwrap_or(0),
+            slot: self.info.slot,
+            slots: self.info.slots,
+        };
         let asked = Instant::now();
-        match cluster.peers.revalidate(&owner, &dir.url, &url.to_string()).await {
-            Ok(answer) => {
-                cluster.succeeded(&owner.id);
-                let ago = |c: &ConfirmedMeta| {
-                    Duration::from_millis(c.confirmed_ms_ago).saturating_add(asked.elapsed())
-                };
-                Some(answer.map(|c| (c.meta.clone(), ago(&c))))
+        let answer = match self.owner_node(&dir) {
+            // In a cluster, the node that owns the directory lists it for the pool.
+            Some(owner) => match self.cluster()?.peers.revalidate(&owner, &dir.url, &req).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    tracing::debug!(node = owner.id, "revalidating {url} through its directory's node: {e}");
+                    return None;
+                }
+            },
+            None if meta_owner_slot(&dir.url, self.info.slots) == self.info.slot => {
+                self.answer_revalidate(&req, url, &dir).await
             }
-            Err(e) => {
-                tracing::debug!(node = owner.id, "revalidating {url} through its directory's node: {e}");
-                Some(None)
+            None => {
+                let owner = meta_owner_slot(&dir.url, self.info.slots);
+                match self.siblings.get()?.call(owner, &Request::Revalidate(req)).await {
+                    Ok(Response::Revalidated(answer)) => answer,
+                    Ok(_) => return None,
+                    Err(e) => {
+                        tracing::debug!("revalidating {url} through its directory's slot: {e}");
+                        return None;
+                    }
+                }
             }
+        };
+        // Confirmed that long before the question, at least.
+        let ago =
+            |c: &ConfirmedMeta| Duration::from_millis(c.confirmed_ms_ago).saturating_add(asked.elapsed());
+        for (other, c) in &answer.more {
+            self.meta.put_confirmed(other.clone(), c.meta.clone(), ago(c));
         }
+        answer.meta.map(|c| (c.meta.clone(), ago(&c)))
     }
 
-    /// `Request::Revalidate` from another slot: this slot's answer as the owner of the directory
-    /// (`None` if it is not: a request is never passed on).
-    pub async fn serve_revalidate(self: &Arc<Self>, url: &str) -> Result<Option<ConfirmedMeta>, WireError> {
-        let url = parse_url(url)?;
+    /// In a cluster, the node that owns `dir` if it is another one.
+    fn owner_node(&self, dir: &Dir) -> Option<crate::cluster::Member> {
+        let cluster = self.cluster()?;
+        cluster.owners(dir_placement(dir)).into_iter().next().filter(|o| o.id != cluster.me())
+    }
+
+    /// `Request::Revalidate` from another slot (or `PeerRequest::Revalidate` from another node):
+    /// this slot's answer as the owner of the directory (nothing if it is not: a request is never
+    /// passed on).
+    pub async fn serve_revalidate(
+        self: &Arc<Self>,
+        req: &RevalidateRequest,
+    ) -> Result<Revalidated, WireError> {
+        let url = parse_url(&req.url)?;
         if url.kind != OriginKind::S3 || self.info.passthrough {
-            return Ok(None);
+            return Ok(Revalidated::default());
         }
         let dir = dir_of(&url);
         if meta_owner_slot(&dir.url, self.info.slots) != self.info.slot {
-            return Ok(None);
+            return Ok(Revalidated::default());
         }
-        let listed = self.listed_version(&url, &dir).await;
-        Ok(listed.map(|(meta, ago)| ConfirmedMeta { meta, confirmed_ms_ago: ago.as_millis() as u64 }))
+        Ok(self.answer_revalidate(req, &url, &dir).await)
+    }
+
+    /// As the owner of `dir`: the version of `url` (listing the page that covers it if none does),
+    /// and the other versions of the directory's fresh pages that the asking slot serves.
+    async fn answer_revalidate(
+        self: &Arc<Self>,
+        req: &RevalidateRequest,
+        url: &ObjectUrl,
+        dir: &Dir,
+    ) -> Revalidated {
+        let confirmed = |(meta, ago): (ObjectMeta, Duration)| ConfirmedMeta {
+            meta,
+            confirmed_ms_ago: ago.as_millis() as u64,
+        };
+        let meta = self.listed_version(url, dir).await.map(confirmed);
+        if meta.is_none() {
+            return Revalidated::default();
+        }
+        let serves = |key: &str| {
+            let other = format!("s3://{}/{key}", dir.bucket);
+            let owner = match req.chunk_size {
+                0 => meta_owner_slot(&other, req.slots),
+                cs => ObjectUrl::parse(&other).map_or(u32::MAX, |u| chunk_owner(&u, cs, 0, req.slots)),
+            };
+            (owner == req.slot && key != url.key).then_some(other)
+        };
+        let more = self
+            .dir_versions
+            .fresh_entries(&dir.url)
+            .into_iter()
+            .filter_map(|(key, m, ago)| serves(&key).map(|other| (other, confirmed((m, ago)))))
+            .take(MAX_REVALIDATED)
+            .collect();
+        Revalidated { meta, more }
     }
 
     /// After `url` was written or deleted through this slot: the owner of its directory (this slot,

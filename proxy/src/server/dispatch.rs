@@ -91,7 +91,7 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
             let reply = cx.engine.fill(&req).await.map(Response::Filled);
             cx.answer(reply).await
         }
-        Request::Revalidate { url } => revalidate(cx, &url).await,
+        Request::Revalidate(req) => revalidate(cx, &req).await,
         Request::Forget { url } => forget(cx, &url).await,
     }
 }
@@ -108,9 +108,9 @@ async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
 
 /// Another slot asks for a version its directory's listing shows: only the fleet's own uid may
 /// (whoever else could would vouch for versions of objects to the slot that asks).
-async fn revalidate(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
+async fn revalidate(mut cx: Ctx<'_>, req: &memarts_protocol::RevalidateRequest) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
-        cx.engine.serve_revalidate(url).await.map(Response::Revalidated)
+        cx.engine.serve_revalidate(req).await.map(Response::Revalidated)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots ask one another"))
     };

@@ -70,7 +70,7 @@ impl LocalAccess {
             | Request::AdmissionStatus
             | Request::Metrics
             | Request::Touched(_)
-            | Request::Revalidate { .. }
+            | Request::Revalidate(_)
             | Request::Forget { .. } => Vec::new(),
         };
         for (url, use_) in urls {
