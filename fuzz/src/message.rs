@@ -86,6 +86,7 @@ fn check_request(request: &Request) {
         | Request::ReadMemarts { url }
         | Request::Forget { url } => check_url(url),
         Request::Revalidate(r) => check_url(&r.url),
+        Request::Listed(ranges) => ranges.iter().for_each(|r| check_url(&r.dir)),
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus

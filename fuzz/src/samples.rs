@@ -87,6 +87,14 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::Revalidate(revalidate()),
         Request::Forget { url: "s3://bucket/images/0004.jpg".into() },
+        Request::Listed(vec![memarts_protocol::ListedRange {
+            dir: "s3://bucket/images".into(),
+            after: Some("images/0003.jpg".into()),
+            last: None,
+            more: false,
+            listed_ms_ago: 12,
+            entries: vec![("images/0004.jpg".into(), meta())],
+        }]),
         // Boundary values: the last chunk of the largest object, whose nominal end is past u64::MAX.
         Request::ReadChunk(ChunkRequest {
             object_size: u64::MAX,
@@ -181,6 +189,7 @@ pub fn responses() -> Vec<Response> {
         }),
         Response::Revalidated(memarts_protocol::Revalidated::default()),
         Response::Forgotten,
+        Response::Recorded,
     ]
 }
 

@@ -23,6 +23,7 @@ pub mod checksum;
 pub mod chunk_file;
 pub mod error;
 pub mod frame;
+pub mod listed;
 pub mod message;
 pub mod meta_table;
 pub mod metrics;

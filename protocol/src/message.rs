@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::WireError;
+pub use crate::listed::*;
 
 /// The first frame of every connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,37 +245,12 @@ pub enum Request {
     Forget {
         url: String,
     },
+    /// From another slot of the fleet (the fleet's own uid only), which a client's listing just
+    /// answered: what its page showed of directories this slot owns, so that their objects'
+    /// versions are known without a listing of their own (at most [`MAX_LISTED`] entries in all).
+    /// Answered with `Recorded`.
+    Listed(Vec<ListedRange>),
 }
-
-/// Metadata and how long ago the origin confirmed it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConfirmedMeta {
-    pub meta: ObjectMeta,
-    pub confirmed_ms_ago: u64,
-}
-
-/// `Revalidate`: the object, and who asks (slot `slot` of a fleet of `slots`, reading with chunks of
-/// `chunk_size`; 0 if it does not know): the answer also brings the versions of the directory's
-/// other objects whose chunk 0 that slot owns, which it would ask for next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RevalidateRequest {
-    pub url: String,
-    pub chunk_size: u64,
-    pub slot: u32,
-    pub slots: u32,
-}
-
-/// Answer to `Revalidate`: the object's version as its directory's listing showed it (`None` when no
-/// listing can tell: the asking slot asks the origin with a HEAD), and at most
-/// [`MAX_REVALIDATED`] other objects of the directory the asking slot serves, each with its URL.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Revalidated {
-    pub meta: Option<ConfirmedMeta>,
-    pub more: Vec<(String, ConfirmedMeta)>,
-}
-
-/// Most objects one `Revalidated` carries besides the one asked for.
-pub const MAX_REVALIDATED: usize = 4096;
 
 /// Most URLs one `Fill` may carry.
 pub const MAX_FILL_URLS: usize = 256;
@@ -397,6 +373,8 @@ pub enum Response {
     Revalidated(Revalidated),
     /// Answer to `Forget`.
     Forgotten,
+    /// Answer to `Listed`.
+    Recorded,
 }
 
 #[cfg(test)]

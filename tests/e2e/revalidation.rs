@@ -86,6 +86,34 @@ fn a_warm_epoch_after_the_ttl_lists_each_directory_once_and_reads_replaced_objec
     assert_eq!(moto().gets_settled(&bucket) - gets, replaced.len(), "GETs of epoch 2");
 }
 
+/// A client's listing (a dataset built `from_prefix`, `ls`, `warmup`) tells every slot the versions
+/// it shows: the epoch after it asks the origin nothing more, though every object's metadata had
+/// expired.
+#[test]
+fn after_a_client_lists_the_dataset_its_expired_objects_are_read_with_no_origin_request() {
+    let bucket = moto().bucket("listed");
+    let data = dataset(&bucket, 2, 700);
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
+    let fleet = Fleet::start(4, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
+    fleet.wait_index_ready();
+    epoch(&fleet, &data, 8);
+    std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
+    let (heads, lists) = heads_and_lists(&bucket);
+    let gets = moto().gets_settled(&bucket);
+    let started = Instant::now();
+    let listed = fleet.client(1 << 20).list(&format!("s3://{bucket}/ds/"), true).unwrap();
+    assert_eq!(listed.len(), data.len());
+    let (_, after_listing) = heads_and_lists(&bucket);
+    epoch(&fleet, &data, 8);
+    assert!(started.elapsed() < Duration::from_secs_f64(TTL), "the epoch outlived the TTL");
+    let (heads2, lists2) = heads_and_lists(&bucket);
+    assert!(after_listing > lists, "the client's listing was not made");
+    assert_eq!(heads2 - heads, 0, "HEADs after the client's listing");
+    assert_eq!(lists2 - after_listing, 0, "LISTs besides the client's");
+    assert_eq!(moto().gets_settled(&bucket) - gets, 0, "GETs of a warm epoch");
+}
+
 #[test]
 fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
     let relay = FaultRelay::start(&moto().endpoint);
@@ -147,4 +175,64 @@ fn in_a_pool_each_directory_is_listed_once_not_once_per_node() {
         new_heads + new_lists <= 3,
         "3 nodes revalidated 900 objects in 3 directories with {new_heads} HEADs and {new_lists} LISTs"
     );
+}
+
+/// Slots tell one another versions (`Listed`, `Revalidate`, `Forget`): a client of another uid the
+/// fleet lets in may not, and one of the fleet's uid is held to the directory and range it names.
+#[test]
+fn only_the_fleets_own_slots_tell_versions_and_within_what_they_listed() {
+    use crate::common::raw::{self, OTHER_UID};
+    use memarts_protocol::{frame, ErrorCode, ListedRange, ObjectMeta, Request, Response, RevalidateRequest};
+
+    let bucket = moto().bucket("vouch");
+    moto().put(&bucket, "d/o", b"the true bytes");
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), format!("allowed_uids = [{OTHER_UID}]\n")).unwrap();
+    let fleet = Fleet::start(1, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
+    let forged = ObjectMeta { size: 3, etag: Some("\"forged\"".into()), version: None, last_modified_ms: 0 };
+    let listed = |dir: &str, key: &str| {
+        Request::Listed(vec![ListedRange {
+            dir: dir.into(),
+            after: None,
+            last: None,
+            more: false,
+            listed_ms_ago: 0,
+            entries: vec![(key.into(), forged.clone())],
+        }])
+    };
+    let url = format!("s3://{bucket}/d/o");
+    let requests = [
+        listed(&format!("s3://{bucket}/d"), "d/o"),
+        Request::Revalidate(RevalidateRequest { url: url.clone(), chunk_size: 0, slot: 0, slots: 1 }),
+        Request::Forget { url: url.clone() },
+    ];
+    let mut bytes = raw::hello();
+    for r in &requests {
+        bytes.extend(frame::encode(r, 0).unwrap());
+    }
+    let got = raw::as_other_user(&raw::open_to_other_users(&fleet), &bytes).expect("uid 65534 is let in");
+    let mut answers = std::io::Cursor::new(got);
+    assert!(matches!(
+        frame::read_sync::<Response, _>(&mut answers, memarts_protocol::Limits::RESPONSE),
+        Ok((_, Response::Welcome(_)))
+    ));
+    for r in &requests {
+        match frame::read_sync::<Response, _>(&mut answers, memarts_protocol::Limits::RESPONSE) {
+            Ok((_, Response::Error(e))) if e.code == ErrorCode::PermissionDenied => {}
+            other => panic!("{r:?} of uid {OTHER_UID}: {other:?}"),
+        }
+    }
+    // The fleet's own uid: a key outside the directory, or a directory of a local path, is refused.
+    let mut s = raw::welcomed(&fleet.run_dir.join("proxy-0.sock"));
+    for bad in [
+        listed(&format!("s3://{bucket}/d"), "e/o"),
+        listed("/etc", "/etc/passwd"),
+        listed(&format!("s3://{bucket}/d"), "d/sub/o"),
+    ] {
+        match raw::call(&mut s, &bad) {
+            Some(Response::Error(e)) if e.code == ErrorCode::BadRequest => {}
+            other => panic!("{bad:?}: {other:?}"),
+        }
+    }
+    assert!(fleet.client(1 << 20).read(&url).unwrap() == b"the true bytes");
 }

@@ -41,6 +41,7 @@ mod flight;
 #[cfg(test)]
 mod herd_tests;
 mod index;
+mod listings;
 mod meta;
 mod meta_publisher;
 mod metadata;
@@ -63,7 +64,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use memarts_protocol::{ErrorCode, ListPage, ListRequest, ObjectMeta, ObjectUrl, WireError};
+use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
 use crate::budget::MemoryBudget;
 use crate::chunk_store::{CachedChunk, ChunkStore};
@@ -339,10 +340,6 @@ impl Engine {
         self.forget_listed(&parsed).await;
         self.meta.invalidate(&parsed.to_string());
         Ok(())
-    }
-
-    pub async fn list(&self, req: &ListRequest) -> Result<ListPage, WireError> {
-        Ok(self.origin.list(req).await?)
     }
 
     /// Waits (up to `timeout`) until no fill is in flight, so a draining slot finishes writing the

@@ -35,13 +35,13 @@ const PAGE_KEYS: u32 = 999;
 
 /// An object's directory: its URL (`s3://bucket/a/b`, or `s3://bucket` for the bucket's top) and
 /// its key (`a/b`, or empty).
-struct Dir {
-    url: String,
-    key: String,
-    bucket: String,
+pub(super) struct Dir {
+    pub url: String,
+    pub key: String,
+    pub bucket: String,
 }
 
-fn dir_of(url: &ObjectUrl) -> Dir {
+pub(super) fn dir_of(url: &ObjectUrl) -> Dir {
     let key = url.key.rsplit_once('/').map_or("", |(dir, _)| dir).to_string();
     let url_of =
         if key.is_empty() { format!("s3://{}", url.bucket) } else { format!("s3://{}/{key}", url.bucket) };
@@ -54,7 +54,7 @@ fn dir_placement(dir: &Dir) -> u64 {
 }
 
 /// Whether `key` is an object of directory `dir` itself (not of one below it).
-fn in_dir(dir: &str, key: &str) -> bool {
+pub(super) fn in_dir(dir: &str, key: &str) -> bool {
     key.rsplit_once('/').map_or("", |(d, _)| d) == dir
 }
 
@@ -128,7 +128,7 @@ impl Engine {
     }
 
     /// In a cluster, the node that owns `dir` if it is another one.
-    fn owner_node(&self, dir: &Dir) -> Option<crate::cluster::Member> {
+    pub(super) fn owner_node(&self, dir: &Dir) -> Option<crate::cluster::Member> {
         let cluster = self.cluster()?;
         cluster.owners(dir_placement(dir)).into_iter().next().filter(|o| o.id != cluster.me())
     }

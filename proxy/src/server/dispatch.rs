@@ -93,6 +93,7 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
         }
         Request::Revalidate(req) => revalidate(cx, &req).await,
         Request::Forget { url } => forget(cx, &url).await,
+        Request::Listed(ranges) => listed(cx, ranges).await,
     }
 }
 
@@ -100,6 +101,17 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
 async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
         cx.engine.serve_forget(url).map(|()| Response::Forgotten)
+    } else {
+        Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
+    };
+    cx.answer(reply).await
+}
+
+/// Another slot kept what a client's listing showed of directories this slot owns: the fleet's
+/// own uid only (whoever else could would vouch for versions of objects to every slot).
+async fn listed(mut cx: Ctx<'_>, ranges: Vec<memarts_protocol::ListedRange>) -> Result<(), ConnError> {
+    let reply = if cx.settings.local.is_own(cx.session.uid) {
+        cx.engine.serve_listed(ranges).map(|()| Response::Recorded)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
     };

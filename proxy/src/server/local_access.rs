@@ -71,7 +71,8 @@ impl LocalAccess {
             | Request::Metrics
             | Request::Touched(_)
             | Request::Revalidate(_)
-            | Request::Forget { .. } => Vec::new(),
+            | Request::Forget { .. }
+            | Request::Listed(_) => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;
