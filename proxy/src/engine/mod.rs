@@ -41,6 +41,7 @@ mod flight;
 #[cfg(test)]
 mod herd_tests;
 mod index;
+mod list_policy;
 mod listings;
 mod meta;
 mod meta_publisher;
@@ -53,6 +54,8 @@ mod prefetch;
 mod rebuild;
 mod recency;
 mod revalidate;
+#[cfg(test)]
+mod revalidate_tests;
 mod staging;
 mod status;
 mod uploads;
@@ -215,6 +218,7 @@ pub struct Engine {
     /// Versions of the objects of the directories this slot owns, as listings showed them, and
     /// the listings in flight, one per directory (`revalidate.rs`).
     dir_versions: dir_versions::DirVersions,
+    list_policy: list_policy::ListPolicy,
     dir_flights: Arc<Flights<Result<(), WireError>>>,
     /// The other slots of the fleet, asked for what they own (set once the slot knows its run dir).
     siblings: std::sync::OnceLock<Arc<crate::siblings::Siblings>>,
@@ -264,6 +268,7 @@ impl Engine {
             budget: MemoryBudget::new(budget),
             peer_replies: std::sync::OnceLock::new(),
             dir_versions: dir_versions::DirVersions::new(meta_ttl),
+            list_policy: list_policy::ListPolicy::new(meta_ttl),
             dir_flights: Arc::default(),
             siblings: std::sync::OnceLock::new(),
             stats: Stats::default(),

@@ -87,6 +87,9 @@ impl Engine {
             return None;
         }
         let dir = dir_of(url);
+        if !self.list_policy.may_list(&dir.bucket, &dir.url) {
+            return None;
+        }
         let req = RevalidateRequest {
             url: url.to_string(),
             chunk_size: chunk_size.unwrap_or(0),
@@ -121,10 +124,28 @@ impl Engine {
         // Confirmed that long before the question, at least.
         let ago =
             |c: &ConfirmedMeta| Duration::from_millis(c.confirmed_ms_ago).saturating_add(asked.elapsed());
+        let held = answer.more.iter().filter(|(other, _)| self.holds(other, chunk_size)).count();
+        self.list_policy.shown(&dir.url, answer.more.len(), held);
         for (other, c) in &answer.more {
             self.meta.put_confirmed(other.clone(), c.meta.clone(), ago(c));
         }
         answer.meta.map(|c| (c.meta.clone(), ago(&c)))
+    }
+
+    /// Whether this slot holds `url` (its chunk 0 read with chunks of `chunk_size`, or, with no
+    /// chunk size, metadata of it, however old): what tells a listing worth its cost
+    /// (`list_policy.rs`). Before the index is rebuilt, it cannot tell: held.
+    fn holds(&self, url: &str, chunk_size: Option<u64>) -> bool {
+        let Ok(parsed) = ObjectUrl::parse(url) else { return false };
+        match chunk_size {
+            Some(cs) if cs > 0 => {
+                let placement =
+                    memarts_protocol::placement(parsed.kind.as_str(), &parsed.bucket, &parsed.key, cs, 0);
+                !self.index_ready.load(std::sync::atomic::Ordering::Acquire)
+                    || self.index().has_placement(placement)
+            }
+            _ => self.meta.get_stale(url).is_some(),
+        }
     }
 
     /// In a cluster, the node that owns `dir` if it is another one.
@@ -245,6 +266,9 @@ impl Engine {
         let flight = xxhash_rust::xxh3::xxh3_128(format!("list\0{}", dir.url).as_bytes());
         let (this, dir_url, dir_key, bucket) =
             (self.clone(), dir.url.clone(), dir.key.clone(), dir.bucket.clone());
+        if !self.list_policy.may_list(&dir.bucket, &dir.url) {
+            return false;
+        }
         let after = self.dir_versions.is_large(&dir.url).then(|| just_before(key)).flatten();
         let listed = self
             .dir_flights
@@ -259,8 +283,11 @@ impl Engine {
                 let page = match this.origin.list(&req).await {
                     Ok(page) => page,
                     Err(e) => {
+                        let e = WireError::from(e);
+                        let refused = e.code == memarts_protocol::ErrorCode::PermissionDenied;
+                        this.list_policy.failed(&bucket, &dir_url, refused);
                         tracing::warn!("listing {dir_url} failed, asking for each object instead: {e}");
-                        leader.publish(Err(WireError::from(e)));
+                        leader.publish(Err(e));
                         return;
                     }
                 };

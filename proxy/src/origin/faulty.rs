@@ -48,6 +48,8 @@ pub struct FaultyStore {
     gets: AtomicU64,
     heads: AtomicU64,
     lists: AtomicU64,
+    listed_keys: Arc<AtomicU64>,
+    refuse_listings: std::sync::atomic::AtomicBool,
     if_matches: Mutex<Vec<Option<String>>>,
 }
 
@@ -59,6 +61,8 @@ impl FaultyStore {
             gets: AtomicU64::new(0),
             heads: AtomicU64::new(0),
             lists: AtomicU64::new(0),
+            listed_keys: Arc::default(),
+            refuse_listings: Default::default(),
             if_matches: Mutex::default(),
         }
     }
@@ -88,9 +92,54 @@ impl FaultyStore {
         self.lists.load(Ordering::SeqCst)
     }
 
+    /// Whether listings are refused from now on, as a bucket policy without `s3:ListBucket` does.
+    pub fn refuse_listings(&self, refuse: bool) {
+        self.refuse_listings.store(refuse, Ordering::SeqCst);
+    }
+
+    /// Keys the listings sent (from their offset on, as an object store sends them).
+    pub fn listed_keys(&self) -> u64 {
+        self.listed_keys.load(Ordering::SeqCst)
+    }
+
     /// The `If-Match` of every GET received, in order.
     pub fn if_matches(&self) -> Vec<Option<String>> {
         self.if_matches.lock().unwrap().clone()
+    }
+
+    /// A listing's stream with the next scripted fault applied, its keys counted.
+    fn listing(
+        &self,
+        inner: BoxStream<'static, Result<ObjectMeta>>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let counted = self.listed_keys.clone();
+        let inner = inner
+            .inspect(move |m| {
+                if m.is_ok() {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+            .boxed();
+        if self.refuse_listings.load(Ordering::SeqCst) {
+            let refused =
+                object_store::Error::PermissionDenied { path: "list".into(), source: "refused".into() };
+            return futures::stream::once(async move { Err(refused) }).boxed();
+        }
+        let fault = self.faults.lock().unwrap().pop_front();
+        match fault {
+            None => inner,
+            Some(Fault::Stall(pause)) => {
+                let wait = futures::stream::once(async move {
+                    tokio::time::sleep(pause).await;
+                    None
+                });
+                wait.chain(inner.map(Some)).filter_map(futures::future::ready).boxed()
+            }
+            Some(other) => futures::stream::once(async move {
+                Err(object_store::Error::Generic { store: "faulty", source: format!("{other:?}").into() })
+            })
+            .boxed(),
+        }
     }
 
     /// The wrapped store, to set up or inspect objects without faults or counting.
@@ -244,22 +293,17 @@ impl ObjectStore for FaultyStore {
     /// Counted as a listing; a scripted `Stall` holds its first page back, any other fault fails it.
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
         self.lists.fetch_add(1, Ordering::SeqCst);
-        let fault = self.faults.lock().unwrap().pop_front();
-        let inner = self.inner.list(prefix);
-        match fault {
-            None => inner,
-            Some(Fault::Stall(pause)) => {
-                let wait = futures::stream::once(async move {
-                    tokio::time::sleep(pause).await;
-                    None
-                });
-                wait.chain(inner.map(Some)).filter_map(futures::future::ready).boxed()
-            }
-            Some(other) => futures::stream::once(async move {
-                Err(object_store::Error::Generic { store: "faulty", source: format!("{other:?}").into() })
-            })
-            .boxed(),
-        }
+        self.listing(self.inner.list(prefix))
+    }
+
+    /// As `list`, from after `offset`.
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.listing(self.inner.list_with_offset(prefix, offset))
     }
 
     fn list_with_delimiter<'a, 'b, 'f>(
