@@ -9,8 +9,9 @@ The scenario, with default settings everywhere (a fleet of 4 proxies, the defaul
 - the dataset is many objects of 64-192 KiB in 3 directories, as image datasets are;
 - epoch 1 reads it cold through memarts (4 worker processes, `mox.file.read`), which fills the cache;
   the reference downloads the same objects to local files (boto3, untimed): "download, then read";
-- the fleet is restarted (what a job restart or a node's reboot does: nothing is pinned in memory
-  any more) and the next epoch starts after the metadata TTL (every object's metadata expired);
+- the fleet is restarted before each timed epoch (what a job restart or a node's reboot does:
+  nothing is pinned in memory any more) and each starts after the metadata TTL (every object's
+  metadata expired);
 - before each timed epoch the page cache is dropped (`echo 3 > /proc/sys/vm/drop_caches`: the
   dataset comes from the SSD, as one larger than the machine's memory would);
 - timed: 4 worker processes read every object once, whole, in a shuffled order, and compute its
@@ -159,6 +160,10 @@ def main():
             time.sleep(wait)
         runs = {"memarts": [], "local": []}
         for rep in range(2):
+            if rep > 0:
+                # Restarted again: the pages the first epoch locked in memory are gone with it.
+                memarts("stop_proxy", env=env)
+                memarts("start_proxy", str(PROXIES), env=env)
             drop_page_cache()
             before = relay_stop.stats()
             with ctx.Pool(WORKERS, initializer=_init) as pool:
