@@ -1,7 +1,7 @@
 //! `make bench`: the fleet measured against its physical limits, side by side in one run.
 //!
 //! - warm: reading objects through a fleet whose cache holds them, against reading the same bytes
-//!   from local files in the page cache (the limit for a hit). Fresh buffers on both sides
+//!   from local files in the page cache (the limit for a hit), one thread on each side. Fresh buffers on both sides
 //!   (`Client::read` vs `std::fs::read`), and reused buffers on both sides (`read_into` vs `read_exact`).
 //! - cold: the first read through an empty fleet from a real S3-protocol server (moto on loopback),
 //!   against a direct parallel ranged-GET read of the same object (object_store, same chunk size and
@@ -66,7 +66,13 @@ fn main() {
 
     // ---- warm: fleet cache vs page cache --------------------------------------------------------
     let fleet = Fleet::start(4, &[]);
-    let client = fleet.client(MIB as u64);
+    // One thread on both sides: `std::fs::read` reads with the calling thread alone, so the shim
+    // does too (by default it reads the chunks of one object on several).
+    let client = memarts_shim::Client::new(memarts_shim::ShimConfig {
+        parallel: 1,
+        ..fleet.client(MIB as u64).config().clone()
+    })
+    .expect("client");
     let sizes: &[usize] = if scale_small { &[MIB, 16 * MIB, 64 * MIB] } else { &[MIB, 16 * MIB, 256 * MIB] };
     let mut warm_ratios = Vec::new();
     for &size in sizes {

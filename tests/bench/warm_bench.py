@@ -6,9 +6,10 @@ every scenario checks what it read, so a broken path cannot report a fast number
 Every row reads data that is in the page cache on both sides (memarts: the fleet's chunk files;
 the reference: a local copy of the same bytes), each side the same way, best of REPS interleaved
 runs:
-- `memarts cat URL > /dev/null` of a 256 MiB object (a stream: read-ahead, chunks handed to the
-  output from reused buffers) against `cat` of a local copy > /dev/null (coreutils: 128 KiB reads
-  into one reused buffer);
+- `memarts cat URL | cat > /dev/null` of a 256 MiB object (a stream: read-ahead, chunks handed to
+  the output from their files' mappings) against `cat FILE | cat > /dev/null` of a local copy
+  (coreutils: 128 KiB reads into one reused buffer): both write into a pipe whose reader copies
+  every byte out;
 - 4 worker processes reading small files (64-255 KiB) whole: `mox.file.read(url)` against
   `open(path, 'rb').read()` of the files a download left on local disk ("download, then read":
   what users do without a cache, timed after the download);
@@ -66,14 +67,20 @@ def crc_of_stdout(cmd):
 
 
 def large_cat(url, path, size, reps):
-    """`memarts cat` against `cat`, both into /dev/null, interleaved."""
+    """`memarts cat` against `cat`, each writing into a pipe that a consumer reads to its end
+    (`| cat > /dev/null`: every byte is copied out of the pipe, as a program reading the output
+    would), interleaved. The bytes of each side are checked (CRC32) in an untimed run."""
     want = crc_of_stdout(["cat", path])
     if crc_of_stdout([MEMARTS, "cat", url]) != want:
         raise AssertionError("memarts cat: wrong bytes")
 
     def run(cmd):
         with open(os.devnull, "wb") as sink:
-            subprocess.run(cmd, stdout=sink, check=True)
+            producer = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+            subprocess.run(["cat"], stdin=producer.stdout, stdout=sink, check=True)
+            producer.stdout.close()
+            if producer.wait() != 0:
+                raise AssertionError(f"{cmd[0]} failed")
 
     cat, memarts = [], []
     for _ in range(reps):
