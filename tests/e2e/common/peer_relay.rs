@@ -152,9 +152,12 @@ fn pump_records(
     let fire = |a: Attack| {
         shared.fired[ATTACKS.iter().position(|x| *x == a).unwrap()].fetch_add(1, Ordering::Relaxed)
     };
+    // The record sent last this way: what a replay sends again.
+    let mut last: Option<Vec<u8>> = None;
     loop {
         let record = read_record(from)?;
         let full = record.len() == 2 + NOISE_MESSAGE_MAX;
+        let earlier = last.replace(record.clone());
         match attack {
             Some(a @ (Attack::FlipRequest | Attack::FlipReply)) => {
                 attack = None;
@@ -170,10 +173,12 @@ fn pump_records(
                 send(to, &record)?;
                 send(to, &record)?;
             }
-            Some(Attack::ReplayReply) if full => {
+            // An earlier record in place of the one the reader waits for (sent after it, a copy
+            // could sit unread in a connection that is not used again).
+            Some(Attack::ReplayReply) if full && earlier.is_some() => {
                 attack = None;
                 fire(Attack::ReplayReply);
-                send(to, &record)?;
+                send(to, earlier.as_deref().unwrap_or_default())?;
                 send(to, &record)?;
             }
             Some(Attack::ReorderReply) if full => {
