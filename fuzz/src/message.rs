@@ -87,6 +87,7 @@ fn check_request(request: &Request) {
         | Request::Forget { url } => check_url(url),
         Request::Revalidate(r) => check_url(&r.url),
         Request::Listed(ranges) => ranges.iter().for_each(|r| check_url(&r.dir)),
+        Request::Confirm(versions) => versions.iter().for_each(|(u, _)| check_url(u)),
         Request::Hello(_)
         | Request::Status
         | Request::ClusterStatus

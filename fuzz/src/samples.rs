@@ -87,6 +87,7 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::Revalidate(revalidate()),
         Request::Forget { url: "s3://bucket/images/0004.jpg".into() },
+        Request::Confirm(vec![("s3://bucket/images/0005.jpg".into(), confirmed())]),
         Request::Listed(vec![memarts_protocol::ListedRange {
             dir: "s3://bucket/images".into(),
             after: Some("images/0003.jpg".into()),

@@ -250,6 +250,10 @@ pub enum Request {
     /// versions are known without a listing of their own (at most [`MAX_LISTED`] entries in all).
     /// Answered with `Recorded`.
     Listed(Vec<ListedRange>),
+    /// From the slot that owns a directory (the fleet's own uid only), which listed it again before
+    /// the versions it gave expired: those versions, confirmed again, for the objects whose
+    /// metadata this slot holds (at most [`MAX_REVALIDATED`]). Answered with `Recorded`.
+    Confirm(Vec<(String, ConfirmedMeta)>),
 }
 
 /// Most URLs one `Fill` may carry.

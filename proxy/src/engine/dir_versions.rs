@@ -54,7 +54,24 @@ struct Dir {
     forgotten: BTreeMap<String, Instant>,
     /// A listing of it was cut into pages: it has more keys than one page holds.
     large: bool,
+    /// The slots of this fleet that asked for versions of it, and when one last did: what
+    /// `refresh.rs` keeps fresh, for whom.
+    askers: Vec<Asker>,
+    asked: Option<Instant>,
 }
+
+/// A slot that asked for versions of a directory: slot `slot` of a fleet of `slots`, reading
+/// with chunks of `chunk_size` (0: not known).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Asker {
+    pub slot: u32,
+    pub slots: u32,
+    pub chunk_size: u64,
+}
+
+/// Askers remembered per directory (slots times the chunk sizes they read with, in practice one
+/// or two per slot).
+const MAX_ASKERS: usize = 64;
 
 pub struct DirVersions {
     ttl: Duration,
@@ -103,6 +120,31 @@ impl DirVersions {
     /// Whether listings of `dir` came in more than one page (from the last one that did).
     pub fn is_large(&self, dir: &str) -> bool {
         self.dirs.lock().unwrap_or_else(|p| p.into_inner()).0.peek(dir).is_some_and(|d| d.large)
+    }
+
+    /// Slot `asker` of this fleet asked for a version of `dir`, now.
+    pub fn note_asker(&self, dir: &str, asker: Asker) {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = dirs.0.get_mut(dir) {
+            d.asked = Some(Instant::now());
+            if !d.askers.contains(&asker) && d.askers.len() < MAX_ASKERS {
+                d.askers.push(asker);
+            }
+        }
+    }
+
+    /// The directories known whole (one page), asked about within `asked_within`, whose newest
+    /// page is `older_than` or more (or expired): to list again, with who asked.
+    pub fn due(&self, older_than: Duration, asked_within: Duration) -> Vec<(String, Vec<Asker>)> {
+        let dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        dirs.0
+            .iter()
+            .filter(|(_, d)| !d.large && d.asked.is_some_and(|a| a.elapsed() < asked_within))
+            .filter(|(_, d)| {
+                d.ranges.iter().map(|r| r.at.elapsed()).min().is_none_or(|age| age >= older_than)
+            })
+            .map(|(dir, d)| (dir.clone(), d.askers.clone()))
+            .collect()
     }
 
     /// Forgets what pages showed of `key` of `dir` (written or deleted through the fleet): until a
@@ -206,6 +248,24 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         v.record("d", None, None, false, Instant::now(), vec![("d/a".into(), meta("new"))]);
         assert!(matches!(v.lookup("d", "d/a"), Seen::Listed(m, _) if m == meta("new")));
+    }
+
+    #[test]
+    fn a_directory_asked_about_is_due_again_once_its_page_ages_and_until_no_one_asks() {
+        let v = DirVersions::new(Duration::from_secs(60));
+        let asker = Asker { slot: 1, slots: 4, chunk_size: 1 << 20 };
+        v.record("d", None, None, false, Instant::now(), vec![("d/a".into(), meta("1"))]);
+        v.record("big", None, Some("big/x".into()), true, Instant::now(), vec![("big/a".into(), meta("1"))]);
+        let long = Duration::from_secs(600);
+        assert!(v.due(Duration::ZERO, long).is_empty(), "no one asked yet");
+        v.note_asker("d", asker);
+        v.note_asker("d", asker);
+        v.note_asker("big", asker);
+        assert_eq!(v.due(Duration::ZERO, long), vec![("d".to_string(), vec![asker])], "one page, one asker");
+        assert!(v.due(Duration::from_millis(50), long).is_empty(), "its page is not old enough");
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(v.due(Duration::from_millis(50), long).len(), 1);
+        assert!(v.due(Duration::from_millis(50), Duration::from_millis(30)).is_empty(), "asked too long ago");
     }
 
     #[test]

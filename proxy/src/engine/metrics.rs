@@ -110,6 +110,12 @@ impl Engine {
             n(&s.listed_pages),
         );
         m.one(
+            "refreshed_listings",
+            "Directories listed again before the versions they gave expired, for the slots reading them",
+            Counter,
+            n(&s.refreshed_listings),
+        );
+        m.one(
             "listed_revalidations",
             "Expired metadata revalidated by its directory's listing instead of a HEAD",
             Counter,

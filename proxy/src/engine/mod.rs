@@ -53,6 +53,7 @@ pub(crate) mod pins;
 mod prefetch;
 mod rebuild;
 mod recency;
+mod refresh;
 mod revalidate;
 #[cfg(test)]
 mod revalidate_tests;
@@ -166,6 +167,7 @@ pub struct Stats {
     /// expired metadata revalidated by a listing (this slot's or its directory owner's) rather than
     /// a HEAD.
     pub listed_pages: AtomicU64,
+    pub refreshed_listings: AtomicU64,
     pub listed_revalidations: AtomicU64,
     /// Time to answer a client's chunk read that hit, and one that missed (`server/dispatch.rs`).
     pub read_hit: LatencyHistogram,

@@ -179,7 +179,7 @@ impl Engine {
         req: &memarts_protocol::RevalidateRequest,
     ) -> Result<memarts_protocol::Revalidated, WireError> {
         self.refuse_unpooled(peer, &req.url)?;
-        self.serve_revalidate(req).await
+        self.serve_revalidate_of(req, false).await
     }
 
     /// `PeerRequest::Forget` of member `peer` (object-store URLs only).

@@ -23,7 +23,7 @@ use memarts_protocol::{
     Response, RevalidateRequest, Revalidated, WireError, MAX_REVALIDATED,
 };
 
-use super::dir_versions::Seen;
+use super::dir_versions::{Asker, Seen};
 use super::{parse_url, Engine};
 
 /// Keys of a directory's first listing: S3 answers 1,000 keys a request, and the next request is
@@ -107,7 +107,7 @@ impl Engine {
                 }
             },
             None if meta_owner_slot(&dir.url, self.info.slots) == self.info.slot => {
-                self.answer_revalidate(&req, url, &dir).await
+                self.answer_revalidate(&req, url, &dir, true).await
             }
             None => {
                 let owner = meta_owner_slot(&dir.url, self.info.slots);
@@ -154,12 +154,21 @@ impl Engine {
         cluster.owners(dir_placement(dir)).into_iter().next().filter(|o| o.id != cluster.me())
     }
 
-    /// `Request::Revalidate` from another slot (or `PeerRequest::Revalidate` from another node):
-    /// this slot's answer as the owner of the directory (nothing if it is not: a request is never
-    /// passed on).
+    /// `Request::Revalidate` from another slot of this fleet: see [`Engine::serve_revalidate_of`].
     pub async fn serve_revalidate(
         self: &Arc<Self>,
         req: &RevalidateRequest,
+    ) -> Result<Revalidated, WireError> {
+        self.serve_revalidate_of(req, true).await
+    }
+
+    /// `Request::Revalidate` from another slot (`local`) or `PeerRequest::Revalidate` from another
+    /// node: this slot's answer as the owner of the directory (nothing if it is not: a request is
+    /// never passed on). A slot of this fleet that asks is kept informed (`refresh.rs`).
+    pub(super) async fn serve_revalidate_of(
+        self: &Arc<Self>,
+        req: &RevalidateRequest,
+        local: bool,
     ) -> Result<Revalidated, WireError> {
         let url = parse_url(&req.url)?;
         if url.kind != OriginKind::S3 || self.info.passthrough {
@@ -169,16 +178,18 @@ impl Engine {
         if meta_owner_slot(&dir.url, self.info.slots) != self.info.slot {
             return Ok(Revalidated::default());
         }
-        Ok(self.answer_revalidate(req, &url, &dir).await)
+        Ok(self.answer_revalidate(req, &url, &dir, local).await)
     }
 
     /// As the owner of `dir`: the version of `url` (listing the page that covers it if none does),
-    /// and the other versions of the directory's fresh pages that the asking slot serves.
+    /// and the other versions of the directory's fresh pages that the asking slot serves; a slot of
+    /// this fleet (`local`) that asks is noted, for the directory to be kept fresh for it.
     async fn answer_revalidate(
         self: &Arc<Self>,
         req: &RevalidateRequest,
         url: &ObjectUrl,
         dir: &Dir,
+        local: bool,
     ) -> Revalidated {
         let confirmed = |(meta, ago): (ObjectMeta, Duration)| ConfirmedMeta {
             meta,
@@ -188,22 +199,37 @@ impl Engine {
         if meta.is_none() {
             return Revalidated::default();
         }
+        let asker = Asker { slot: req.slot, slots: req.slots, chunk_size: req.chunk_size };
+        if local && req.slots == self.info.slots && req.slot < req.slots {
+            self.dir_versions.note_asker(&dir.url, asker);
+        }
+        let mut more = self.versions_served(dir, asker);
+        let asked = url.to_string();
+        more.retain(|(other, _)| *other != asked);
+        more.truncate(MAX_REVALIDATED);
+        Revalidated { meta, more }
+    }
+
+    /// The versions of `dir`'s fresh pages that `asker` serves (at most [`MAX_REVALIDATED`]), each
+    /// with its URL.
+    pub(super) fn versions_served(&self, dir: &Dir, asker: Asker) -> Vec<(String, ConfirmedMeta)> {
         let serves = |key: &str| {
             let other = format!("s3://{}/{key}", dir.bucket);
-            let owner = match req.chunk_size {
-                0 => meta_owner_slot(&other, req.slots),
-                cs => ObjectUrl::parse(&other).map_or(u32::MAX, |u| chunk_owner(&u, cs, 0, req.slots)),
+            let owner = match asker.chunk_size {
+                0 => meta_owner_slot(&other, asker.slots),
+                cs => ObjectUrl::parse(&other).map_or(u32::MAX, |u| chunk_owner(&u, cs, 0, asker.slots)),
             };
-            (owner == req.slot && key != url.key).then_some(other)
+            (owner == asker.slot).then_some(other)
         };
-        let more = self
-            .dir_versions
+        self.dir_versions
             .fresh_entries(&dir.url)
             .into_iter()
-            .filter_map(|(key, m, ago)| serves(&key).map(|other| (other, confirmed((m, ago)))))
-            .take(MAX_REVALIDATED)
-            .collect();
-        Revalidated { meta, more }
+            .filter_map(|(key, meta, ago)| {
+                serves(&key)
+                    .map(|other| (other, ConfirmedMeta { meta, confirmed_ms_ago: ago.as_millis() as u64 }))
+            })
+            .take(MAX_REVALIDATED + 1)
+            .collect()
     }
 
     /// After `url` was written or deleted through this slot: the owner of its directory (this slot,
@@ -262,7 +288,7 @@ impl Engine {
 
     /// Lists one page of `dir`, one at a time per directory: from its start, or, in a directory
     /// known to be larger than a page, from just before `key`. Whether the page came.
-    async fn list_page_of(self: &Arc<Self>, dir: &Dir, key: &str) -> bool {
+    pub(super) async fn list_page_of(self: &Arc<Self>, dir: &Dir, key: &str) -> bool {
         let flight = xxhash_rust::xxh3::xxh3_128(format!("list\0{}", dir.url).as_bytes());
         let (this, dir_url, dir_key, bucket) =
             (self.clone(), dir.url.clone(), dir.key.clone(), dir.bucket.clone());

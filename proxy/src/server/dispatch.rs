@@ -94,6 +94,7 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
         Request::Revalidate(req) => revalidate(cx, &req).await,
         Request::Forget { url } => forget(cx, &url).await,
         Request::Listed(ranges) => listed(cx, ranges).await,
+        Request::Confirm(versions) => confirm(cx, versions).await,
     }
 }
 
@@ -112,6 +113,20 @@ async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
 async fn listed(mut cx: Ctx<'_>, ranges: Vec<memarts_protocol::ListedRange>) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
         cx.engine.serve_listed(ranges).map(|()| Response::Recorded)
+    } else {
+        Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
+    };
+    cx.answer(reply).await
+}
+
+/// The slot that owns a directory confirms versions of it again (`refresh.rs`): the fleet's own
+/// uid only (whoever else could would vouch for versions of objects to this slot).
+async fn confirm(
+    mut cx: Ctx<'_>,
+    versions: Vec<(String, memarts_protocol::ConfirmedMeta)>,
+) -> Result<(), ConnError> {
+    let reply = if cx.settings.local.is_own(cx.session.uid) {
+        cx.engine.serve_confirm(versions).map(|()| Response::Recorded)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
     };

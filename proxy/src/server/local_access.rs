@@ -72,7 +72,8 @@ impl LocalAccess {
             | Request::Touched(_)
             | Request::Revalidate(_)
             | Request::Forget { .. }
-            | Request::Listed(_) => Vec::new(),
+            | Request::Listed(_)
+            | Request::Confirm(_) => Vec::new(),
         };
         for (url, use_) in urls {
             self.check(uid, url, use_).await?;

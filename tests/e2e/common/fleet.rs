@@ -115,6 +115,29 @@ impl Fleet {
         self.status()["slots"].as_array().unwrap().iter().filter_map(|s| s[field].as_u64()).sum()
     }
 
+    /// Sum over all slots of the counter or gauge `name` of their metrics (`Request::Metrics`, as
+    /// the Prometheus endpoint shows them, without `memarts_` and `_total`).
+    pub fn metric_total(&self, name: &str) -> f64 {
+        let slots = self.status()["slots"].as_array().unwrap().len();
+        let mut sum = 0.0;
+        for slot in 0..slots {
+            let mut s = super::raw::welcomed(&self.run_dir.join(format!("proxy-{slot}.sock")));
+            let Some(memarts_protocol::Response::Metrics(m)) =
+                super::raw::call(&mut s, &memarts_protocol::Request::Metrics)
+            else {
+                panic!("slot {slot} sent no metrics");
+            };
+            for family in m.families.iter().filter(|f| f.name == name) {
+                for point in &family.points {
+                    if let memarts_protocol::MetricValue::Number(n) = point.value {
+                        sum += n;
+                    }
+                }
+            }
+        }
+        sum
+    }
+
     /// Waits until every slot has rebuilt its chunk index. Until then a slot cannot tell a cold
     /// object from one it lost the metadata of, so a first read revalidates with a HEAD: a test
     /// that counts HEADs of cold reads waits for this first (on a loaded machine the rebuild can
