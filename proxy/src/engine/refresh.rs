@@ -6,6 +6,11 @@
 //! [`KEEP_TTLS`] TTLs, and confirms the versions to each slot that asked (`Request::Confirm`),
 //! which keeps them for the objects it holds metadata of: their reads never find it expired.
 //!
+//! A slot that starts with the metadata a clean stop saved asks, once its index is rebuilt, for a
+//! version of one object of each directory it holds metadata of (read with the default chunk size,
+//! 1 MiB): the listings that answer keep those directories fresh from then on, so the first epoch
+//! after a restart does not wait for them either.
+//!
 //! Only directories of one page (up to 1,999 keys) are refreshed so; one larger is revalidated
 //! when read, a page at a time. In a cluster, nodes that asked through the peer protocol are not
 //! kept informed (they revalidate when they read). The cost: one LIST per directory per half TTL
@@ -37,6 +42,15 @@ impl Engine {
         let engine = Arc::downgrade(self);
         let period = (self.meta.ttl() / 4).max(Duration::from_millis(250));
         tokio::spawn(async move {
+            loop {
+                let Some(engine) = engine.upgrade() else { return };
+                if engine.index_ready.load(std::sync::atomic::Ordering::Acquire) {
+                    engine.ask_about_loaded().await;
+                    break;
+                }
+                drop(engine);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
@@ -45,6 +59,26 @@ impl Engine {
                 engine.refresh_due().await;
             }
         });
+    }
+
+    /// One revalidation per directory of the object-store metadata this slot holds (loaded from a
+    /// snapshot): its answer brings the directory's versions, and the directory is kept fresh.
+    async fn ask_about_loaded(self: &Arc<Self>) {
+        let mut dirs = std::collections::BTreeMap::new();
+        for url in self.meta.urls() {
+            if let Ok(parsed) = ObjectUrl::parse(&url) {
+                if parsed.kind == OriginKind::S3 {
+                    dirs.entry(dir_of(&parsed).url).or_insert(url);
+                }
+            }
+        }
+        for url in dirs.into_values() {
+            let Ok(parsed) = ObjectUrl::parse(&url) else { continue };
+            let cs = Some(memarts_protocol::DEFAULT_CHUNK_SIZE);
+            if let Some((meta, ago)) = self.revalidate_by_listing(&parsed, cs).await {
+                self.meta.put_confirmed(url, meta, ago);
+            }
+        }
     }
 
     /// Lists again each due directory and confirms its versions to the slots that asked.
