@@ -91,7 +91,8 @@ demo: build
 # LISTs of the prefix's directory only, is built into target/bench-tools once), the Rust bench (fleet.json), warm reads with direct hits against local
 # files (warm.json), the Python package (python.json), memarts against the tools users pick instead
 # over an emulated remote link (compare.json; the peers are pip-installed by the script), a cluster
-# pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json),
+# pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json), a warm
+# epoch in the field after the metadata TTL from the SSD against download-then-read (field.json),
 # `memarts mount` against local files and the s3fs / rclone mounts (mount.json; Debian packages);
 # then report.py merges them into tests/bench/results/latest.{json,md,svg}. The cold reads over the
 # link run first: the other benchmarks delete many files at their ends, and for a few minutes after
@@ -107,6 +108,7 @@ bench: deps-test build
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/compare.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/stream_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/cluster_bench.py
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/field_bench.py
 	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
 		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py

@@ -139,7 +139,7 @@ def main():
                                                "AWS_ALLOW_HTTP", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                                                "AWS_REGION")})
         ctx = multiprocessing.get_context("spawn")
-        res = {"dataset": {"objects": len(urls), "bytes": total, "dirs": DIRS}}
+        res = {"scale": "small" if SMALL_SCALE else "full", "dataset": {"objects": len(urls), "bytes": total, "dirs": DIRS}}
         with ctx.Pool(WORKERS, initializer=_init) as pool:
             cold = epoch(pool, _read_memarts, list(enumerate(urls)), crcs, "memarts cold")
         filled = time.time()

@@ -75,6 +75,8 @@ impl Engine {
                 // for it and take its chunk 0. Before the look at the disk, not after: a first
                 // read that ended between the two would have been missed by both (R3). From its
                 // result, not from the disk: the index may not have kept the chunk (admission).
+                let _zero =
+                    (key.index == 0).then(|| this.zero_fills.mark(first_flight(&url, key.chunk_size)));
                 if key.index == 0 {
                     if let Some(Ok((meta, f))) = this.firsts.wait(first_flight(&url, key.chunk_size)).await {
                         let whole = f.data.len() as u64 == range.end - range.start;

@@ -18,6 +18,40 @@ pub(super) fn first_flight(url: &ObjectUrl, chunk_size: u64) -> u128 {
     xxhash_rust::xxh3::xxh3_128(format!("{url}\0{chunk_size}").as_bytes())
 }
 
+/// Chunk 0 fills of a known version in flight, by [`first_flight`] of their object: a reader that
+/// knows an object's version without this slot knowing it (a peer, told by a listing) fills chunk
+/// 0 as a chunk, not as a first read, and a cold first read of the same object must not fetch it
+/// again (R3). A chunk 0 fill marks itself before it looks for a first read in flight, and a first
+/// read starts its flight before it looks for a mark: one of the two sees the other.
+#[derive(Default)]
+pub(super) struct ZeroFills(Arc<std::sync::Mutex<std::collections::HashMap<u128, usize>>>);
+
+/// A chunk 0 fill's mark, removed when dropped.
+pub(super) struct ZeroFill(Arc<std::sync::Mutex<std::collections::HashMap<u128, usize>>>, u128);
+
+impl ZeroFills {
+    pub fn mark(&self, first: u128) -> ZeroFill {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()).entry(first).or_default() += 1;
+        ZeroFill(self.0.clone(), first)
+    }
+
+    pub fn marked(&self, first: u128) -> bool {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).contains_key(&first)
+    }
+}
+
+impl Drop for ZeroFill {
+    fn drop(&mut self) {
+        let mut fills = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = fills.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                fills.remove(&self.1);
+            }
+        }
+    }
+}
+
 impl Engine {
     /// Metadata of `req.url` and its chunk 0 (none for an empty object), in one request: the shim
     /// sends it to the owner of chunk 0, so the chunk is filled by the same single flight as a
@@ -152,7 +186,8 @@ impl Engine {
                 // The object was cold when the caller looked, but another first read (or a HEAD)
                 // may have ended between that look and this flight: its metadata is then known
                 // (put before its flight ended) and its chunk 0 on disk. The usual way reads them.
-                if this.meta.get(&url.to_string()).is_some() || !this.is_cold(&url, chunk_size) {
+                let filling = this.zero_fills.marked(flight);
+                if filling || this.meta.get(&url.to_string()).is_some() || !this.is_cold(&url, chunk_size) {
                     leader.publish(Err(WireError::new(ErrorCode::OriginError, "no longer cold")));
                     return;
                 }

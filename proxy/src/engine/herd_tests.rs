@@ -109,3 +109,38 @@ async fn a_cold_first_read_that_comes_after_another_ended_fetches_nothing() {
     assert!(first(&cache).await == object());
     assert_eq!((store.gets(), store.heads()), (1, 0), "chunk 0 was fetched again");
 }
+
+/// A reader that knows the object's version without this slot knowing it (a peer told by a
+/// listing) fills chunk 0 as a chunk; a cold first read that comes meanwhile must wait for it,
+/// not fetch chunk 0 a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_first_read_during_a_chunk_0_fill_of_a_known_version_fetches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, cache) = slot(dir.path()).await;
+    rebuilt(&cache).await;
+    let etag = store.inner().head(&Path::from("o")).await.unwrap().e_tag.unwrap();
+    store.script([Fault::Stall(Duration::from_millis(400))]);
+    let chunk = tokio::spawn({
+        let cache = cache.clone();
+        async move {
+            let req = memarts_protocol::ChunkRequest {
+                url: "s3://b/o".into(),
+                etag,
+                object_size: CHUNK,
+                chunk_size: CHUNK,
+                index: 0,
+                recheck: false,
+            };
+            match cache.read_chunk(&req).await.unwrap() {
+                ChunkOutcome::Bytes { data, .. } => data,
+                ChunkOutcome::Fd(_) => panic!("a {CHUNK}-byte chunk is sent inline"),
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(store.gets(), 1, "the chunk's fill is out");
+    assert!(first(&cache).await == object());
+    assert!(chunk.await.unwrap() == object());
+    cache.wait_idle(Duration::from_secs(10)).await;
+    assert_eq!(store.gets(), 1, "chunk 0 was fetched {} times", store.gets());
+}

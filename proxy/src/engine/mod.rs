@@ -211,6 +211,7 @@ pub struct Engine {
     heads: Arc<Flights<Result<ObjectMeta, WireError>>>,
     /// Cold first reads (metadata and chunk 0 in one GET), one flight per URL and chunk size.
     firsts: Arc<Flights<Result<(ObjectMeta, Fetched), WireError>>>,
+    zero_fills: first_read::ZeroFills,
     index_ready: AtomicBool,
     started: Instant,
     /// Bounds the fills held in memory at once, shared with the slot's connections (R2).
@@ -265,6 +266,7 @@ impl Engine {
             flights: Arc::default(),
             heads: Arc::default(),
             firsts: Arc::default(),
+            zero_fills: Default::default(),
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
