@@ -186,7 +186,7 @@ def main():
             machine=compare.machine(),
             setup={"proxies": PROXIES, "workers": WORKERS, "meta_ttl_secs": DEFAULT_TTL_SECS,
                    "link": relay_stop.params, "page_cache": "dropped before each timed epoch",
-                   "fleet": "restarted after the fill (nothing pinned), epochs after the TTL"},
+                   "fleet": "restarted before each timed epoch (nothing pinned), epochs after the TTL"},
             runs=runs,
             ratios={
                 "field_warm_vs_download_then_read": max(r["mbs"] for r in runs["memarts"])
