@@ -38,6 +38,16 @@ fn epoch(fleet: &Fleet, want: &Arc<Vec<(String, Vec<u8>)>>, threads: usize) {
     }
 }
 
+/// A fleet of `n` slots with the tests' metadata TTL, its index rebuilt (and its config file,
+/// to keep while it runs).
+fn fleet_with_ttl(n: u32) -> (tempfile::NamedTempFile, Fleet) {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
+    let fleet = Fleet::start(n, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
+    fleet.wait_index_ready();
+    (config, fleet)
+}
+
 fn heads_and_lists(bucket: &str) -> (usize, usize) {
     // Settle moto's log first (it is read by a thread).
     moto().gets_settled(bucket);
@@ -48,10 +58,7 @@ fn heads_and_lists(bucket: &str) -> (usize, usize) {
 fn a_warm_epoch_after_the_ttl_lists_each_directory_once_and_reads_replaced_objects_new() {
     let bucket = moto().bucket("relist");
     let mut data = dataset(&bucket, 3, 1000);
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
-    let fleet = Fleet::start(4, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
-    fleet.wait_index_ready();
+    let (_config, fleet) = fleet_with_ttl(4);
     let started = Instant::now();
     epoch(&fleet, &data, 8);
     eprintln!("epoch 1: {:?}", started.elapsed());
@@ -96,10 +103,7 @@ fn a_warm_epoch_after_the_ttl_lists_each_directory_once_and_reads_replaced_objec
 fn after_a_client_lists_the_dataset_its_expired_objects_are_read_with_no_origin_request() {
     let bucket = moto().bucket("listed");
     let data = dataset(&bucket, 2, 700);
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
-    let fleet = Fleet::start(4, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
-    fleet.wait_index_ready();
+    let (_config, fleet) = fleet_with_ttl(4);
     epoch(&fleet, &data, 8);
     std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
     let (heads, lists) = heads_and_lists(&bucket);
@@ -131,10 +135,7 @@ fn after_a_client_lists_the_dataset_its_expired_objects_are_read_with_no_origin_
 fn directories_being_read_are_listed_ahead_so_a_later_epoch_waits_for_no_listing() {
     let bucket = moto().bucket("ahead");
     let mut data = dataset(&bucket, 3, 300);
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
-    let fleet = Fleet::start(4, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
-    fleet.wait_index_ready();
+    let (_config, fleet) = fleet_with_ttl(4);
     epoch(&fleet, &data, 8);
     // Past the TTL: this epoch revalidates by listing, which tells each directory's owner who reads it.
     std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
@@ -170,10 +171,7 @@ fn directories_being_read_are_listed_ahead_so_a_later_epoch_waits_for_no_listing
 fn after_a_clean_restart_the_first_epoch_past_the_ttl_waits_for_no_listing() {
     let bucket = moto().bucket("restarted");
     let data = dataset(&bucket, 3, 200);
-    let config = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(config.path(), format!("meta_ttl_secs = {TTL}\n")).unwrap();
-    let fleet = Fleet::start(4, &[("MEMARTS_CONFIG", config.path().to_str().unwrap())]);
-    fleet.wait_index_ready();
+    let (_config, fleet) = fleet_with_ttl(4);
     epoch(&fleet, &data, 8);
     assert!(fleet.stop_proxy().status.success());
     fleet.start_proxy(4);

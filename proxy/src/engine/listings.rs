@@ -191,22 +191,29 @@ fn entry_bytes(key: &str, meta: &ObjectMeta) -> usize {
 
 /// `ranges` packed into messages of about [`LISTED_BYTES`] each.
 fn batches(ranges: Vec<ListedRange>) -> Vec<Vec<ListedRange>> {
-    let mut out: Vec<Vec<ListedRange>> = Vec::new();
-    let mut bytes = 0;
-    for range in ranges {
-        let size = 64
-            + range.dir.len()
+    batched(ranges, LISTED_BYTES, |range| {
+        64 + range.dir.len()
             + range.after.as_ref().map_or(0, String::len)
             + range.last.as_ref().map_or(0, String::len)
-            + range.entries.iter().map(|(k, m)| entry_bytes(k, m)).sum::<usize>();
+            + range.entries.iter().map(|(k, m)| entry_bytes(k, m)).sum::<usize>()
+    })
+}
+
+/// `items` in order, in batches of about `limit` bytes as `size` counts them (an item larger than
+/// that alone): what one message between slots carries.
+pub(super) fn batched<T>(items: Vec<T>, limit: usize, size: impl Fn(&T) -> usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let n = size(&item);
         match out.last_mut() {
-            Some(batch) if bytes + size <= LISTED_BYTES => batch.push(range),
+            Some(batch) if bytes + n <= limit => batch.push(item),
             _ => {
-                out.push(vec![range]);
+                out.push(vec![item]);
                 bytes = 0;
             }
         }
-        bytes += size;
+        bytes += n;
     }
     out
 }

@@ -141,18 +141,7 @@ impl Engine {
 
 /// `versions` in messages of about [`CONFIRM_BYTES`] each.
 fn confirm_batches(versions: Vec<(String, ConfirmedMeta)>) -> Vec<Vec<(String, ConfirmedMeta)>> {
-    let mut out: Vec<Vec<(String, ConfirmedMeta)>> = Vec::new();
-    let mut bytes = 0;
-    for v in versions {
-        let size = v.0.len() + v.1.meta.etag.as_ref().map_or(0, String::len) + 40;
-        match out.last_mut() {
-            Some(batch) if bytes + size <= CONFIRM_BYTES => batch.push(v),
-            _ => {
-                out.push(vec![v]);
-                bytes = 0;
-            }
-        }
-        bytes += size;
-    }
-    out
+    super::listings::batched(versions, CONFIRM_BYTES, |(url, c)| {
+        url.len() + c.meta.etag.as_ref().map_or(0, String::len) + 40
+    })
 }
