@@ -157,6 +157,7 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) {
     engine.load_meta_snapshot();
+    engine.start_refresher();
     engine.start_rebuild();
     let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);
     server::run(

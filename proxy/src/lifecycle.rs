@@ -199,7 +199,6 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
             let siblings = crate::siblings::Siblings::new(cfg.run_dir.clone(), slot, SIBLING_TIMEOUT);
             engine.know_siblings(std::sync::Arc::new(siblings));
         }
-        engine.start_refresher();
         let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();
         if let Some(settings) = &cfg.cluster {

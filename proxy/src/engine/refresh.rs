@@ -41,11 +41,14 @@ impl Engine {
         }
         let engine = Arc::downgrade(self);
         let period = (self.meta.ttl() / 4).max(Duration::from_millis(250));
+        // What the snapshot brought back, taken before the slot serves: metadata its first reads
+        // put is current already (and a listing of it later may show a newer version early).
+        let loaded = self.meta.urls();
         tokio::spawn(async move {
             loop {
                 let Some(engine) = engine.upgrade() else { return };
                 if engine.index_ready.load(std::sync::atomic::Ordering::Acquire) {
-                    engine.ask_about_loaded().await;
+                    engine.ask_about_loaded(loaded).await;
                     break;
                 }
                 drop(engine);
@@ -61,11 +64,11 @@ impl Engine {
         });
     }
 
-    /// One revalidation per directory of the object-store metadata this slot holds (loaded from a
-    /// snapshot): its answer brings the directory's versions, and the directory is kept fresh.
-    async fn ask_about_loaded(self: &Arc<Self>) {
+    /// One revalidation per directory of the object-store metadata `loaded` from a snapshot: its
+    /// answer brings the directory's versions, and the directory is kept fresh.
+    async fn ask_about_loaded(self: &Arc<Self>, loaded: Vec<String>) {
         let mut dirs = std::collections::BTreeMap::new();
-        for url in self.meta.urls() {
+        for url in loaded {
             if let Ok(parsed) = ObjectUrl::parse(&url) {
                 if parsed.kind == OriginKind::S3 {
                     dirs.entry(dir_of(&parsed).url).or_insert(url);
