@@ -89,17 +89,13 @@ impl MetaCache {
         self.ttl
     }
 
-    /// A fresh entry for `url`, if any.
-    pub fn get(&self, url: &str) -> Option<ObjectMeta> {
-        self.fresh_get(url)
-    }
-
     /// The URL of every entry, fresh or not.
     pub fn urls(&self) -> Vec<String> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(url, _)| url.clone()).collect()
     }
 
-    fn fresh_get(&self, url: &str) -> Option<ObjectMeta> {
+    /// A fresh entry for `url`, if any.
+    pub fn get(&self, url: &str) -> Option<ObjectMeta> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         entries.get(url).filter(|(_, at)| at.elapsed() < self.ttl).map(|(meta, _)| meta.clone())
     }
