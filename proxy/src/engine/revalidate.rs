@@ -154,7 +154,7 @@ impl Engine {
         cluster.owners(dir_placement(dir)).into_iter().next().filter(|o| o.id != cluster.me())
     }
 
-    /// `Request::Revalidate` from another slot of this fleet: see [`Engine::serve_revalidate_of`].
+    /// `Request::Revalidate` from another slot of this fleet: see `serve_revalidate_of`.
     pub async fn serve_revalidate(
         self: &Arc<Self>,
         req: &RevalidateRequest,
