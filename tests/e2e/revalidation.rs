@@ -184,6 +184,29 @@ fn after_a_clean_restart_the_first_epoch_past_the_ttl_waits_for_no_listing() {
     assert_eq!(heads2 - heads, 0, "HEADs of the first epoch after the restart");
 }
 
+/// The same when the fleet stopped after its metadata had expired (a job that ran its last epoch
+/// well before the restart): the snapshot keeps expired versions too, and the restarted slots ask
+/// about their directories, so the first epoch waits for no listing and makes no HEAD either.
+#[test]
+fn after_a_restart_of_a_fleet_whose_metadata_had_expired_the_first_epoch_waits_for_no_listing() {
+    let bucket = moto().bucket("restarted-expired");
+    let data = dataset(&bucket, 3, 200);
+    let (_config, fleet) = fleet_with_ttl(4);
+    epoch(&fleet, &data, 8);
+    // Past the TTL: nothing asked for these directories' versions since the reads, so no slot kept
+    // them fresh, and every entry is expired when the fleet stops.
+    std::thread::sleep(Duration::from_secs_f64(1.5 * TTL));
+    assert!(fleet.stop_proxy().status.success());
+    fleet.start_proxy(4);
+    fleet.wait_index_ready();
+    std::thread::sleep(Duration::from_secs_f64(2.0 * TTL));
+    let (heads, _) = heads_and_lists(&bucket);
+    epoch(&fleet, &data, 8);
+    let (heads2, _) = heads_and_lists(&bucket);
+    assert_eq!(fleet.metric_total("listed_revalidations"), 0.0, "a read waited for a listing");
+    assert_eq!(heads2 - heads, 0, "HEADs of the first epoch after the restart");
+}
+
 #[test]
 fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
     let relay = FaultRelay::start(&moto().endpoint);

@@ -142,7 +142,10 @@ impl MetaCache {
         entries.pop(url);
     }
 
-    /// Writes the fresh entries to `path` (temp file, then rename); returns how many.
+    /// Writes the entries to `path` (temp file, then rename); returns how many. Expired ones too:
+    /// the next process cannot trust them, but they tell it which directories to list again
+    /// (`refresh.rs`) and which versions a listing confirms, so that the first epoch after a
+    /// restart long after the last one waits for no listing.
     pub fn save(&self, path: &Path) -> io::Result<usize> {
         let now_wall = SystemTime::now();
         let entries: Vec<SnapshotEntry> = {
@@ -151,7 +154,6 @@ impl MetaCache {
             entries
                 .iter()
                 .rev()
-                .filter(|(_, (_, at))| at.elapsed() < self.ttl)
                 .map(|(url, (meta, at))| SnapshotEntry {
                     url: url.clone(),
                     meta: meta.clone(),
@@ -173,8 +175,11 @@ impl MetaCache {
     }
 
     /// Loads a snapshot written by [`MetaCache::save`]: each entry is trusted for what is left of
-    /// its TTL; expired entries, and entries verified in the future (a clock that jumped back), are
-    /// skipped. Returns how many were loaded.
+    /// its TTL; an expired one is held as expired (what a listing may confirm, see [`save`]);
+    /// entries verified in the future (a clock that jumped back) are skipped. Returns how many
+    /// were loaded, expired ones included.
+    ///
+    /// [`save`]: MetaCache::save
     pub fn load(&self, path: &Path) -> io::Result<usize> {
         self.load_where(path, |_| true)
     }
@@ -198,12 +203,17 @@ impl MetaCache {
         let mut cache = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
-            let Some(at) = now.checked_sub(age).filter(|_| age < self.ttl) else { continue };
+            // An expired entry's age past the TTL tells nothing more (and may reach back before
+            // this machine's boot, which an `Instant` cannot).
+            let fresh = age < self.ttl;
+            let Some(at) = now.checked_sub(if fresh { age } else { self.ttl }) else { continue };
             if !keep(&e.url) || cache.peek(&e.url).is_some_and(|(_, held)| *held >= at) {
                 continue;
             }
             cache.put(e.url.clone(), (e.meta.clone(), at));
-            self.publish(&cache, &e.url, &e.meta, e.verified_ms);
+            if fresh {
+                self.publish(&cache, &e.url, &e.meta, e.verified_ms);
+            }
             loaded += 1;
         }
         Ok(loaded)
@@ -311,9 +321,23 @@ mod tests {
         assert_eq!(restarted.get("old"), None, "the old entry's TTL ran out as it would have");
         assert_eq!(restarted.get("new"), Some(meta("2")));
 
-        // Loaded after every entry expired: nothing.
+        // Loaded after every entry expired: held as expired, for a listing to confirm; nothing
+        // trusted, nothing published for direct reads.
         std::thread::sleep(Duration::from_millis(200));
-        assert_eq!(MetaCache::new(Duration::from_millis(300), 10).load(&path).unwrap(), 0);
+        let late = MetaCache::new(Duration::from_millis(300), 10);
+        let table = dir.path().join("meta.table");
+        late.publish_at(table.clone()).unwrap();
+        assert_eq!(late.load(&path).unwrap(), 2);
+        assert_eq!((late.get("old"), late.get("new")), (None, None), "expired entries trusted");
+        assert_eq!(late.get_stale("new"), Some(meta("2")));
+        let published = memarts_protocol::meta_table::TableFile::open(&table).unwrap();
+        assert!(published.table().lookup(memarts_protocol::meta_table::url_key("new")).is_none());
+        late.put_confirmed("new".into(), meta("3"), Duration::from_millis(100));
+        assert_eq!(late.get("new"), Some(meta("3")), "a listing's confirmation replaces an expired entry");
+
+        // Saved again while expired: still there for the next process.
+        assert_eq!(late.save(&path).unwrap(), 2);
+        assert_eq!(MetaCache::new(Duration::from_millis(300), 10).load(&path).unwrap(), 2);
     }
 
     /// Snapshots of several slots (a fleet of another size) loaded into one: only the entries the
