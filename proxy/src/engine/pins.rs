@@ -1,9 +1,10 @@
 //! Pinned chunks: chunks that shims read directly, held locked in memory and checked once, so that
 //! their readers need not check them again (`memarts_protocol::pin_table` says why that is sound).
 //!
-//! The slot pins what it hears was read (`Request::Touched`), within its share of the pin budget
-//! (`pin_memory`), on one blocking thread at a time, from a bounded queue: it maps the chunk file, locks the
-//! mapping (`mlock`, read again into large folios: see `map_checked`), checks the header (the chunk's own) and the data (its CRC32C) in the locked
+//! The slot pins what it hears was read again (`Request::Touched`; `Engine::touched` queues only
+//! chunks read before), within its share of the pin budget (`pin_memory`), on one blocking thread
+//! at a time, from a bounded queue: it maps the chunk file, locks the mapping (`mlock`; see
+//! `map_checked`), checks the header (the chunk's own) and the data (its CRC32C) in the locked
 //! pages, and publishes the file's stamp only if the file did not change meanwhile and its name
 //! still names it. When the budget is full, a CLOCK sweep finds a pin not read since the hand last
 //! passed it; a pin still read stays, and a chunk that finds none within a few steps is not pinned
