@@ -95,9 +95,11 @@ impl Engine {
         if !self.index().touch(id) {
             return None;
         }
-        let mut returning = false;
-        for n in 0..reads.min(COUNTED_READS) {
-            returning |= self.count_read(id, ReadBy::Client) && n == 0;
+        let counted = reads.min(COUNTED_READS);
+        // Whether the first of these reads found an earlier one on record; the rest only count.
+        let returning = counted > 0 && self.count_read(id, ReadBy::Client);
+        for _ in 1..counted {
+            self.count_read(id, ReadBy::Client);
         }
         self.stats.hits.fetch_add(reads, Ordering::Relaxed);
         self.stats.direct_hits.fetch_add(reads, Ordering::Relaxed);
