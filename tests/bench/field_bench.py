@@ -16,7 +16,10 @@ The scenario, with default settings everywhere (a fleet of 4 proxies, the defaul
   dataset comes from the SSD, as one larger than the machine's memory would);
 - timed, once the 4 worker processes are up (persistent workers): they read every object once, whole, in a shuffled order, and compute its
   CRC32: through memarts (`mox.file.read(url)`) and from the local copies (`open(path).read()`).
-  The memarts epoch counts the origin requests it made (through the relay) and the fleet's.
+  The memarts epoch counts the origin requests it made (through the relay) and the fleet's. A third
+  side reads the cache's own chunk files raw (`open(path).read()`, the object's bytes after the
+  header page checked): what the files' layout costs, apart from memarts's code. The three sides
+  take turns, the one that goes first rotating.
 
 Then the same on a pool of 3 nodes (cluster_bench's nodes on 127.0.0.2-4, 2 proxies and 2 readers
 each): all read the dataset cold at once, then twice, each time after the TTL, all read it again
@@ -24,8 +27,9 @@ at once, the pool's origin requests counted at the relay.
 
 Ratios: `field_warm_vs_download_then_read` (memarts MB/s / local copies MB/s, goal >= 0.9),
 `field_origin_requests_per_object` (goal <= 0.001: one request per 1,000 objects) and
-`field_pool_origin_requests_per_object` (the pool's warm epochs, goal <= 0.001 per cluster). Needs root (to
-drop the page cache).
+`field_pool_origin_requests_per_object` (the pool's warm epochs, goal <= 0.001 per cluster); reported
+beside them, `field_chunk_files_raw_vs_download_then_read` and `field_warm_vs_chunk_files_raw` (the
+layout's share of the gap and memarts's). Needs root (to drop the page cache).
 """
 
 import json
@@ -51,12 +55,15 @@ MEMARTS = python_bench.MEMARTS
 SMALL_SCALE = os.environ.get("BENCH_SCALE") == "small"
 BUCKET = "fieldbench"
 KIB = 1 << 10
+# Where a chunk file's data starts: its header padded to a page (protocol's chunk_file ALIGN),
+# for identities as short as this dataset's.
+CHUNK_DATA_OFFSET = 4096
 SCALE = {"small": {"per_dir": 400}, "full": {"per_dir": 1000}}["small" if SMALL_SCALE else "full"]
 DIRS = 3
 WORKERS = 4
-# Timed epochs of each side, taking turns: the disk's speed here wanders by 5-10% between runs, and
-# the ratio is the best against the best.
-REPS = 3
+# Timed epochs of each side, taking turns (which side goes first rotates): the disk's speed here
+# wanders by 5-15% between runs, and the ratio is the best against the best.
+REPS = 5
 PROXIES = 4
 # The pool of 3 nodes on this one machine: 3 fleets and their readers share its cores.
 POOL_PROXIES = 2
@@ -97,6 +104,23 @@ def _read_local(items):
     return out
 
 
+def _read_chunk_files(items):
+    """The cache's own chunk files read whole, raw (no memarts code): what the files' layout costs,
+    apart from memarts. The object's bytes start at the header's aligned end."""
+    out = []
+    for i, path in items:
+        with open(path, "rb") as f:
+            out.append((i, zlib.crc32(memoryview(f.read())[CHUNK_DATA_OFFSET:])))
+    return out
+
+
+def chunk_files(cache):
+    """The chunk files of a fleet's cache (`v1/chunks/<aa>/<32 hex>`), in no particular order."""
+    root = os.path.join(cache, "v1", "chunks")
+    return [os.path.join(root, fan, name) for fan in sorted(os.listdir(root)) if len(fan) == 2
+            for name in os.listdir(os.path.join(root, fan)) if len(name) == 32]
+
+
 def epoch(pool, fn, items, crcs, what):
     """Every item read once by the pool's workers (a shuffled order, split round-robin); seconds.
     The workers are up before the clock starts (each ran its initializer and a first task), as a
@@ -109,7 +133,11 @@ def epoch(pool, fn, items, crcs, what):
     start = time.perf_counter()
     got = [x for part in pool.map(fn, shares) for x in part]
     seconds = time.perf_counter() - start
-    if sorted(got) != sorted(enumerate(crcs)):
+    if fn is _read_chunk_files:
+        # A chunk file does not name its object: the bytes are checked as a whole, every object once.
+        if sorted(crc for _, crc in got) != sorted(crcs):
+            raise AssertionError(f"{what}: wrong or missing bytes")
+    elif sorted(got) != sorted(enumerate(crcs)):
         raise AssertionError(f"{what}: wrong or missing bytes")
     return seconds
 
@@ -249,29 +277,36 @@ def main():
         if wait > 0:
             print(f"waiting {wait:.0f} s for the metadata TTL ({DEFAULT_TTL_SECS} s) to pass", flush=True)
             time.sleep(wait)
-        runs = {"memarts": [], "local": []}
+        cached = chunk_files(env["MEMARTS_CACHE_DIR"])
+        if len(cached) != len(urls):
+            raise SystemExit(f"field_bench: {len(cached)} chunk files in the cache for {len(urls)} objects")
+        runs = {"memarts": [], "local": [], "chunk_files": []}
         for rep in range(REPS):
             if rep > 0:
                 # Restarted again: the pages the first epoch locked in memory are gone with it.
                 restarted_at = relay_stop.stats()["requests"]
                 restart_settled(env, relay_stop)
-            drop_page_cache()
-            before = relay_stop.stats()
-            with ctx.Pool(WORKERS, initializer=_init) as pool:
-                seconds = epoch(pool, _read_memarts, list(enumerate(urls)), crcs, "memarts warm")
-            after = relay_stop.stats()
-            requests = after["requests"] - before["requests"]
-            # The listings the restarted fleet made ahead (settling, then keeping them fresh).
-            ahead = before["requests"] - restarted_at
-            runs["memarts"].append({"seconds": seconds, "mbs": total / seconds / 1e6, "origin_requests": requests,
-                                    "origin_requests_since_the_restart_before_the_epoch": ahead})
-            print(f"  memarts warm epoch {rep}: {total / seconds / 1e6:,.0f} MB/s, {requests} origin requests",
-                  flush=True)
-            drop_page_cache()
-            with ctx.Pool(WORKERS, initializer=_init) as pool:
-                seconds = epoch(pool, _read_local, list(enumerate(paths)), crcs, "local copies")
-            runs["local"].append({"seconds": seconds, "mbs": total / seconds / 1e6})
-            print(f"  local copies:           {total / seconds / 1e6:,.0f} MB/s", flush=True)
+            sides = ["memarts", "local", "chunk_files"]
+            for side in sides[rep % 3:] + sides[:rep % 3]:
+                drop_page_cache()
+                if side == "memarts":
+                    before = relay_stop.stats()
+                    with ctx.Pool(WORKERS, initializer=_init) as pool:
+                        seconds = epoch(pool, _read_memarts, list(enumerate(urls)), crcs, "memarts warm")
+                    requests = relay_stop.stats()["requests"] - before["requests"]
+                    # The listings the restarted fleet made ahead (settling, then keeping them fresh).
+                    ahead = before["requests"] - restarted_at
+                    runs["memarts"].append({"seconds": seconds, "mbs": total / seconds / 1e6,
+                                            "origin_requests": requests,
+                                            "origin_requests_since_the_restart_before_the_epoch": ahead})
+                    print(f"  memarts warm epoch {rep}: {total / seconds / 1e6:,.0f} MB/s, {requests} origin requests",
+                          flush=True)
+                    continue
+                fn, items = {"local": (_read_local, paths), "chunk_files": (_read_chunk_files, cached)}[side]
+                with ctx.Pool(WORKERS) as pool:
+                    seconds = epoch(pool, fn, list(enumerate(items)), crcs, side)
+                runs[side].append({"seconds": seconds, "mbs": total / seconds / 1e6})
+                print(f"  {side.replace('_', ' ') + ':':24}{total / seconds / 1e6:,.0f} MB/s", flush=True)
             if rep < REPS - 1:
                 # The next memarts epoch also after the TTL (its revalidation is the point).
                 time.sleep(DEFAULT_TTL_SECS + 2)
@@ -279,6 +314,9 @@ def main():
         print(f"the same on a pool of 3 nodes ({POOL_PROXIES} proxies and {POOL_WORKERS} readers each) ...",
               flush=True)
         pool = pool_epochs(base, endpoint, relay_stop, urls, crcs, total)
+        def best(side):
+            return max(r["mbs"] for r in runs[side])
+
         res.update(
             machine=compare.machine(),
             setup={"proxies": PROXIES, "workers": WORKERS, "meta_ttl_secs": DEFAULT_TTL_SECS,
@@ -287,10 +325,13 @@ def main():
                    "worker_start": "before the clock (persistent workers)"},
             runs=runs,
             ratios={
-                "field_warm_vs_download_then_read": max(r["mbs"] for r in runs["memarts"])
-                / max(r["mbs"] for r in runs["local"]),
+                "field_warm_vs_download_then_read": best("memarts") / best("local"),
                 "field_origin_requests_per_object": max(r["origin_requests"] for r in runs["memarts"]) / len(urls),
                 "field_pool_origin_requests_per_object": max(r["origin_requests"] for r in pool["warm"]) / len(urls),
+                # Where the rest goes: the chunk files' layout (read raw, no memarts code) against the
+                # local copies, and memarts against reading its own files raw.
+                "field_chunk_files_raw_vs_download_then_read": best("chunk_files") / best("local"),
+                "field_warm_vs_chunk_files_raw": best("memarts") / best("chunk_files"),
             },
             goals={"field_warm_vs_download_then_read": (">=", 0.9), "field_origin_requests_per_object": ("<=", 0.001),
                    "field_pool_origin_requests_per_object": ("<=", 0.001)},

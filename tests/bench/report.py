@@ -51,6 +51,8 @@ REPORTED = {
     "lru_epoch2_hits_vs_best_shuffled": "fleet",
     "lru_changeover_pass3_hits_vs_best": "fleet",
     "cluster_warm_peers_vs_local": "cluster",
+    "field_chunk_files_raw_vs_download_then_read": "field",
+    "field_warm_vs_chunk_files_raw": "field",
     "mount_warm_large_vs_local_cat": "mount",
     "mount_warm_small_vs_local": "mount",
     "mount_warm_large_vs_s3fs": "mount",
@@ -195,6 +197,10 @@ def markdown(latest, rows):
         "|---|---:|---:|",
     ]
     lines += [f"| {label} | {fmt(s)} | {fmt(l)} |" for label, s, l in rows]
+    lines += ["", ("memarts's rows ran with default settings (metadata TTL 60 s, pin budget a sixteenth of the "
+                   "machine's memory, which these datasets fit). `warm` is the best of 5 epochs: by then the chunks "
+                   "read directly are pinned, so it depends on pinning; `warm after restart` is the first epoch "
+                   "after `stop_proxy` + `start_proxy`: nothing pinned, the chunk files in the page cache.")]
     lines += ["", "Through the Rust shim (`fleet.json`, 4 proxies, one reader, no link emulation):", "",
               "| scenario | memarts | reference | ratio |", "|---|---:|---:|---:|"]
     for row in f["rows"]:
@@ -252,8 +258,15 @@ def markdown(latest, rows):
     lines.append(f"| Mountpoint for S3 ({mt.get('mountpoint_s3', 'not measured')}) | — | — |")
     wm = latest["warm"]
     lc, s4, s1 = wm["large_cat"], wm["small_4_workers"], wm["small_1_process"]
-    lines += ["", (f"Warm reads with direct hits (`warm.json`, scale `{wm['scale']}`, {wm['proxies']} proxies, best of "
-                   f"{wm['reps']} interleaved runs; both sides read bytes in the page cache, each the same way)."), "",
+    pinned = [r["direct"]["direct_pinned"] / max(r["direct"]["direct_hits"], 1) for r in (s4, s1) if "direct" in r]
+    lines += ["", (f"Warm reads with direct hits (`warm.json`, scale `{wm['scale']}`, {wm['proxies']} proxies, "
+                   "`--meta-ttl 3600`, `MOX_FILE_CHUNK_SIZE` 1 MiB, best of "
+                   f"{wm['reps']} interleaved runs; both sides read bytes in the page cache, each the same way). These "
+                   "rows depend on pinning: the small-file rows are the steady state of a dataset that fits the pin "
+                   "budget, reached by untimed passes"
+                   + (f" ({', '.join(f'{x:.0%}' for x in pinned)} of their direct hits served from pinned chunks)"
+                      if pinned else "")
+                   + "; a dataset larger than the budget is read from its chunk files, as in the field epoch below."), "",
               "| scenario | memarts | local files | ratio |", "|---|---:|---:|---:|",
               f"| `memarts cat` vs `cat` of a local copy, {lc['bytes'] >> 20} MiB, through a pipe | "
               f"{fmt(lc['memarts_cat_mbs'])} MB/s | {fmt(lc['cat_mbs'])} MB/s | {lc['ratio']:.2f}× |"]
@@ -272,9 +285,12 @@ def markdown(latest, rows):
                    f"of 64–192 KiB in {ds['dirs']} directories, default settings ({st['proxies']} proxies, metadata TTL "
                    f"{st['meta_ttl_secs']} s), {st['workers']} worker processes, the origin behind the emulated link; the "
                    f"fleet {st['fleet']}; the page cache {st['page_cache']}; every object's CRC32 checked on both sides."),
-              "", "| run | memarts MB/s | origin requests | download-then-read MB/s | ratio |", "|---|---:|---:|---:|---:|"]
+              "", "| run | memarts MB/s | origin requests | download-then-read MB/s | ratio | chunk files read raw MB/s |",
+              "|---|---:|---:|---:|---:|---:|"]
+    raw = fd["runs"].get("chunk_files", [])
     for i, (m, loc) in enumerate(zip(fd["runs"]["memarts"], fd["runs"]["local"])):
-        lines.append(f"| {i} | {fmt(m['mbs'])} | {m['origin_requests']} | {fmt(loc['mbs'])} | {m['mbs'] / loc['mbs']:.2f}× |")
+        lines.append(f"| {i} | {fmt(m['mbs'])} | {m['origin_requests']} | {fmt(loc['mbs'])} | {m['mbs'] / loc['mbs']:.2f}× | "
+                     f"{fmt(raw[i]['mbs']) if i < len(raw) else '—'} |")
     pl = fd.get("pool")
     if pl:
         lines += ["", (f"The same dataset on a pool of {pl['nodes']} nodes ({pl['proxies_per_node']} proxies and "
