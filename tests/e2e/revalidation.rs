@@ -223,6 +223,32 @@ fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
     assert!(heads2 > heads, "no object was revalidated with a HEAD after the listing failed");
 }
 
+/// An origin whose listings name no versions (no `<ETag>`s, as some S3-compatible servers list):
+/// the listing tells nothing of a version, so the objects are revalidated with HEADs and read
+/// whole, and the bucket is not listed again for the TTL.
+#[test]
+fn listings_without_etags_fall_back_to_heads_with_no_failed_read() {
+    let relay = FaultRelay::start(&moto().endpoint);
+    let bucket = moto().bucket("relist-noetag");
+    let data = dataset(&bucket, 1, 60);
+    let (_cfg, fleet) = relay.fleet(2, &format!("meta_ttl_secs = {TTL}"), &[]);
+    fleet.wait_index_ready();
+    let list = Match { method: Some("GET"), ranged: false, path_contains: Some("list-type".into()) };
+    relay.inject(list, Fault::NoETags, 1000);
+    epoch(&fleet, &data, 4);
+    std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
+    let (heads, _) = heads_and_lists(&bucket);
+    let injected = relay.injected();
+    epoch(&fleet, &data, 4);
+    let (heads2, _) = heads_and_lists(&bucket);
+    assert!(heads2 > heads, "no object was revalidated with a HEAD");
+    assert!(
+        relay.injected() - injected <= 2,
+        "listed {} times: the bucket's listings name no versions",
+        relay.injected() - injected
+    );
+}
+
 /// The same in a pool of 3 nodes: each directory is listed once for the pool (by the node that owns
 /// it), not once per node.
 #[test]

@@ -8,7 +8,8 @@
 //! in a fresh range the page's entry is the version the origin had then, and a key the page did
 //! not show did not exist then. Ranges and entries are trusted for the metadata TTL from when the
 //! page was asked for; at most [`MAX_ENTRIES`] entries are kept, the least recently used
-//! directories dropped first.
+//! directories dropped first. An entry without an ETag (some S3-compatible servers list none)
+//! tells that the object exists, not its version: only a HEAD does.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -27,6 +28,8 @@ pub enum Seen {
     Listed(ObjectMeta, Duration),
     /// In a fresh range, and not listed: it did not exist when the page was asked for.
     Absent,
+    /// In a fresh range, listed without an ETag: it existed, in a version only a HEAD tells.
+    Unversioned,
     /// In no fresh range: a listing would have to be asked for.
     Unknown,
 }
@@ -95,12 +98,15 @@ impl DirVersions {
         };
         match d.entries.get(key) {
             // An entry older than the range that covers it was not in that page: gone since.
-            Some((meta, at)) if *at >= range.at => Seen::Listed(meta.clone(), at.elapsed()),
+            Some((meta, at)) if *at >= range.at => match versioned(meta) {
+                true => Seen::Listed(meta.clone(), at.elapsed()),
+                false => Seen::Unversioned,
+            },
             _ => Seen::Absent,
         }
     }
 
-    /// Every object of `dir` its fresh pages show, with its version and how long ago it was listed
+    /// Every object of `dir` its fresh pages show with a version, and how long ago it was listed
     /// (what [`DirVersions::lookup`] would say of each).
     pub fn fresh_entries(&self, dir: &str) -> Vec<(String, ObjectMeta, Duration)> {
         let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
@@ -109,9 +115,9 @@ impl DirVersions {
         let fresh: Vec<&Range> = d.ranges.iter().filter(|r| r.at.elapsed() < ttl).collect();
         d.entries
             .iter()
-            .filter(|(key, (_, at))| {
+            .filter(|(key, (meta, at))| {
                 let newest = fresh.iter().filter(|r| r.covers(key)).map(|r| r.at).max();
-                newest.is_some_and(|n| *at >= n)
+                newest.is_some_and(|n| *at >= n) && versioned(meta)
             })
             .map(|(key, (meta, at))| (key.clone(), meta.clone(), at.elapsed()))
             .collect()
@@ -199,6 +205,12 @@ impl DirVersions {
     }
 }
 
+/// Whether a listed entry names its version: an ETag, which every read of the object's chunks
+/// is pinned to.
+pub fn versioned(meta: &ObjectMeta) -> bool {
+    meta.etag.as_deref().is_some_and(|e| !e.is_empty())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -233,6 +245,20 @@ mod tests {
         assert_eq!(v.lookup("d", "d/z"), Seen::Absent, "the listing ended: nothing after it");
         std::thread::sleep(Duration::from_millis(250));
         assert_eq!(v.lookup("d", "d/a"), Seen::Unknown, "past the TTL");
+    }
+
+    #[test]
+    fn an_entry_listed_without_an_etag_is_no_version() {
+        let v = DirVersions::new(Duration::from_secs(60));
+        let bare = ObjectMeta { size: 3, etag: None, version: None, last_modified_ms: 0 };
+        let empty = ObjectMeta { etag: Some(String::new()), ..bare.clone() };
+        let page = vec![("d/a".into(), bare), ("d/b".into(), empty), ("d/c".into(), meta("1"))];
+        v.record("d", None, None, false, Instant::now(), page);
+        assert_eq!(v.lookup("d", "d/a"), Seen::Unversioned);
+        assert_eq!(v.lookup("d", "d/b"), Seen::Unversioned);
+        assert_eq!(v.lookup("d", "d/z"), Seen::Absent, "the others still tell what is not there");
+        let keys: Vec<String> = v.fresh_entries("d").into_iter().map(|(k, _, _)| k).collect();
+        assert_eq!(keys, ["d/c"], "only versions are sent to other slots");
     }
 
     #[test]

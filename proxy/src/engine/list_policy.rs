@@ -4,6 +4,8 @@
 //! - not in a bucket whose listings the origin refused (403: a policy with `s3:GetObject` and no
 //!   `s3:ListBucket` is common), for the metadata TTL: each object would cost a refused LIST and
 //!   then its HEAD;
+//! - not in a bucket whose listings name no versions (no ETags: some S3-compatible servers), for
+//!   the TTL: they cannot revalidate anything;
 //! - not in a directory whose listing just failed (503s, resets, after the origin's own retries),
 //!   for [`FAILED_FOR`]: its objects are asked with HEADs meanwhile;
 //! - not in a directory where this slot holds few of the objects a listing shows (fewer than one
@@ -68,6 +70,11 @@ impl ListPolicy {
         }
     }
 
+    /// A listing of `bucket` showed objects without their ETags.
+    pub fn unversioned(&self, bucket: &str) {
+        self.skip_for(format!("bucket:{bucket}"), self.ttl);
+    }
+
     /// A listing of `dir` showed a slot `shown` objects it serves, `held` of which it holds.
     pub fn shown(&self, dir: &str, shown: usize, held: usize) {
         if shown >= SAMPLE && held.saturating_mul(SPARSE) < shown {
@@ -87,6 +94,8 @@ mod tests {
         p.failed("b", "s3://b/d", true);
         assert!(!p.may_list("b", "s3://b/other"), "a refusal holds for the bucket");
         assert!(p.may_list("c", "s3://c/d"));
+        p.unversioned("u");
+        assert!(!p.may_list("u", "s3://u/any"), "listings without versions are not asked for");
         p.failed("c", "s3://c/d", false);
         assert!(!p.may_list("c", "s3://c/d") && p.may_list("c", "s3://c/e"), "a failure, for its directory");
         p.shown("s3://e/few", 1000, 10);

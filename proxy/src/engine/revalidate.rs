@@ -23,7 +23,7 @@ use memarts_protocol::{
     Response, RevalidateRequest, Revalidated, WireError, MAX_REVALIDATED,
 };
 
-use super::dir_versions::{Asker, Seen};
+use super::dir_versions::{self, Asker, Seen};
 use super::{parse_url, Engine};
 
 /// Keys of a directory's first listing: S3 answers 1,000 keys a request, and the next request is
@@ -276,7 +276,9 @@ impl Engine {
         for _ in 0..3 {
             match self.dir_versions.lookup(&dir.url, &url.key) {
                 Seen::Listed(meta, ago) => return Some((meta, ago)),
-                Seen::Absent => return None,
+                // Gone, or listed without an ETag (the origin's listings name no versions): the
+                // asking slot asks for the object itself.
+                Seen::Absent | Seen::Unversioned => return None,
                 Seen::Unknown => {}
             }
             if !self.list_page_of(dir, &url.key).await {
@@ -333,7 +335,10 @@ impl Engine {
                         };
                         (key_of(&e.url), meta)
                     })
-                    .collect();
+                    .collect::<Vec<_>>();
+                if entries.iter().any(|(_, meta)| !dir_versions::versioned(meta)) {
+                    this.list_policy.unversioned(&bucket);
+                }
                 this.stats.listed_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 this.dir_versions.record(&dir_url, after, last, page.next.is_some(), at, entries);
                 leader.publish(Ok(()));

@@ -7,6 +7,8 @@
 //! - `Truncate`: the reply keeps its `Content-Length` but the body stops half way;
 //! - `Stall`: the request is read, then nothing is sent back until the fault's time is up;
 //! - `WrongRange`: a ranged GET is forwarded for a range shifted by one byte;
+//! - `NoETags`: the reply's `<ETag>` elements are taken out (a listing as some S3-compatible
+//!   servers send it);
 //! - `Replace(f)`: `f` overwrites the object on the server, then the request goes on: it and every
 //!   later ranged GET of the same read meet the new version (a read pinned by `If-Match` gets 412).
 //!
@@ -30,6 +32,7 @@ pub enum Fault {
     Truncate,
     Stall(Duration),
     WrongRange,
+    NoETags,
     /// Runs after the request was served (the test overwrites the object on the server).
     Replace(Arc<dyn Fn() + Send + Sync>),
 }
@@ -49,6 +52,7 @@ impl Fault {
             Fault::Truncate => "truncated body",
             Fault::Stall(_) => "stall",
             Fault::WrongRange => "wrong range",
+            Fault::NoETags => "no ETags",
             Fault::Replace(_) => "replaced mid-read",
         }
     }
@@ -435,9 +439,39 @@ fn serve(mut conn: TcpStream, upstream: &str, st: &State) {
             let _ = conn.flush();
             reset(conn);
         }
-
+        Some(Fault::NoETags) => {
+            let _ = conn.write_all(&without_etags(&reply));
+        }
         _ => {
             let _ = conn.write_all(&reply);
         }
     }
+}
+
+/// `reply` (one HTTP/1.1 response with a `Content-Length`) with its body's `<ETag>` elements taken
+/// out and its length set to match.
+fn without_etags(reply: &[u8]) -> Vec<u8> {
+    let head_end = reply.windows(4).position(|w| w == b"\r\n\r\n").expect("a reply's head") + 4;
+    let head = String::from_utf8_lossy(&reply[..head_end]);
+    assert!(
+        !head.to_ascii_lowercase().contains("transfer-encoding: chunked"),
+        "NoETags needs a reply with a Content-Length"
+    );
+    let mut body = String::from_utf8(reply[head_end..].to_vec()).expect("an XML body");
+    while let Some(start) = body.find("<ETag>") {
+        let end = body[start..].find("</ETag>").expect("a closed ETag") + start + "</ETag>".len();
+        body.replace_range(start..end, "");
+    }
+    let mut out = String::new();
+    for line in head.trim_end().split("\r\n") {
+        match line.split_once(':') {
+            Some((k, _)) if k.eq_ignore_ascii_case("content-length") => {
+                out.push_str(&format!("{k}: {}\r\n", body.len()))
+            }
+            _ => out.push_str(&format!("{line}\r\n")),
+        }
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    out.into_bytes()
 }
