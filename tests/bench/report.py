@@ -368,6 +368,45 @@ def chart(rows, bars, path):
     plt.close(fig)
 
 
+def headline(latest):
+    """The README's table: one row per question a user asks, each with its settings, from this run."""
+    r, fd, wm, lk, cl, mt = (latest[k] for k in ("ratios", "field", "warm", "link", "cluster", "mount"))
+    best = lambda side: max(x["mbs"] for x in fd["runs"][side])  # noqa: E731
+    link = lk["link"]["mbps_total"]
+    s4, lc = wm["small_4_workers"], wm["large_cat"]
+    pool_cold = cl["pool"]["cold"]
+    lines = [
+        "| question | memarts | reference | ratio | settings |",
+        "|---|---:|---:|---:|---|",
+        (f"| warm epoch from the SSD, {fd['dataset']['objects']:,} objects of 64–192 KiB, "
+         f"{fd['setup']['workers']} workers | {fmt(best('memarts'))} MB/s | download-then-read "
+         f"{fmt(best('local'))} MB/s | {r['field_warm_vs_download_then_read']:.2f}× | defaults; after the TTL, "
+         "fleet restarted, page cache dropped; nothing pinned |"),
+        (f"| origin requests in that epoch, per object | one node {r['field_origin_requests_per_object']:.3f}, "
+         f"pool of 3 {r['field_pool_origin_requests_per_object']:.3f} | revalidating with a HEAD per object: 1.000 | | defaults |"),
+        (f"| warm epoch from memory, {s4['files']:,} files of 64–255 KiB, {s4['workers']} workers | "
+         f"{fmt(s4['memarts_mbs'])} MB/s | download-then-read {fmt(s4['local_mbs'])} MB/s | {s4['ratio']:.2f}× | "
+         "`--meta-ttl 3600`; page cache; pinned |"),
+        (f"| `memarts cat` of a warm {lc['bytes'] >> 20} MiB object through a pipe | {fmt(lc['memarts_cat_mbs'])} MB/s | "
+         f"`cat` of a local copy {fmt(lc['cat_mbs'])} MB/s | {lc['ratio']:.2f}× | `--meta-ttl 3600`; page cache; pinned |"),
+        (f"| cold `memarts warmup` of {lk['datasets']['small_files']:,} small files | "
+         f"{fmt(lk['rows']['memarts_warmup']['mbs'])} MB/s | the link {fmt(link)} MB/s | "
+         f"{lk['rows']['memarts_warmup']['vs_link']:.2f}× | defaults; median of 3 runs |"),
+        (f"| cold DataLoader epoch (4 workers, prefetching sampler) | {fmt(lk['rows']['memarts_loader_prefetch']['mbs'])} "
+         f"MB/s | the link {fmt(link)} MB/s | {lk['rows']['memarts_loader_prefetch']['vs_link']:.2f}× | defaults; "
+         "median of 3 runs |"),
+        (f"| cold epoch of a pool of 3 nodes, every node at once: origin bytes per dataset byte | "
+         f"{pool_cold['origin_bytes_per_dataset_byte']:.3f} | 3 independent fleets "
+         f"{cl['independent']['cold']['origin_bytes_per_dataset_byte']:.3f} | | defaults, one shared link |"),
+        (f"| warm `memarts mount`: a {mt['large_bytes'] >> 20} MiB file by `cat`, {mt['small_files']:,} files of "
+         f"{mt['small_file_bytes'] >> 10} KiB | {fmt(mt['tools']['memarts']['warm']['large_mbs'])} / "
+         f"{fmt(mt['tools']['memarts']['warm']['small_mbs'])} MB/s | local files "
+         f"{fmt(mt['local_page_cache']['large_mbs'])} / {fmt(mt['local_page_cache']['small_mbs'])} MB/s | "
+         f"{r['mount_warm_large_vs_local_cat']:.2f}× / {r['mount_warm_small_vs_local']:.2f}× | defaults; page cache |"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main():
     inputs = {name: load(name) for name in INPUTS}
     scales = {name: data.get("scale", "small" if name == "python" else None) for name, data in inputs.items()}
@@ -379,9 +418,11 @@ def main():
     table = markdown(latest, rows)
     with open(os.path.join(RESULTS, "latest.md"), "w") as f:
         f.write(table)
+    with open(os.path.join(RESULTS, "headline.md"), "w") as f:
+        f.write(headline(latest))
     chart(rows, cluster_bars(inputs["cluster"]), os.path.join(RESULTS, "latest.svg"))
     print(table)
-    print(f"wrote {RESULTS}/latest.json, latest.md, latest.svg")
+    print(f"wrote {RESULTS}/latest.json, latest.md, headline.md (the README's table), latest.svg")
 
 
 if __name__ == "__main__":
