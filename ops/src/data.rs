@@ -19,6 +19,7 @@ pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
     let mut stream = Stream::open(access.clone(), &args.url).about(&args.url)?;
     let size = stream.size();
     let mut out = std::io::stdout().lock();
+    widen_pipe(&out);
     // Straight from the fetched chunks to the output: no copy through a buffer of ours.
     let copied = stream.copy_to(|piece| out.write_all(piece));
     // The stream's workers may outlive this function (the process ends first): what was read
@@ -37,6 +38,22 @@ pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
         r => r?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pipe capacity `cat` asks for: a chunk of the default size (also Linux's default
+/// `/proc/sys/fs/pipe-max-size`, the most an unprivileged process may ask for).
+const PIPE_BYTES: i32 = 1 << 20;
+
+/// When `out` is a pipe smaller than [`PIPE_BYTES`], makes it that large: a 64 KiB pipe (the
+/// default) hands a chunk over in sixteen sleeps and wake-ups of both ends, and `memarts cat | tool`
+/// is how the object usually leaves. Best effort: a refusal (the user's pipe pages over
+/// `pipe-user-pages-soft`, a smaller `pipe-max-size`) leaves the pipe as it was.
+fn widen_pipe(out: &impl std::os::fd::AsFd) {
+    use nix::fcntl::{fcntl, FcntlArg};
+    // Not a pipe: F_GETPIPE_SZ fails, and nothing is changed.
+    if fcntl(out, FcntlArg::F_GETPIPE_SZ).is_ok_and(|size| size < PIPE_BYTES) {
+        let _ = fcntl(out, FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+    }
 }
 
 pub fn stat(common: &Common, args: &StatArgs) -> Result<ExitCode> {

@@ -36,6 +36,28 @@ fn cat_and_stat_work_through_the_fleet_and_without_one() {
     }
 }
 
+/// `memarts cat | tool`: the pipe is widened to a chunk (1 MiB), so a chunk crosses it in one
+/// hand-over rather than sixteen of the default 64 KiB; the bytes are the object's.
+#[test]
+fn cat_into_a_pipe_widens_the_pipe_to_a_chunk() {
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    let bucket = moto().bucket("catpipe");
+    let want = pattern(301, (2 << 20) + 5);
+    moto().put(&bucket, "obj.bin", &want);
+    let fleet = Fleet::start(2, &[]);
+    let url = format!("s3://{bucket}/obj.bin");
+    let mut child =
+        fleet.command(&["cat", &url]).stdout(std::process::Stdio::piped()).spawn().expect("spawn cat");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut got = Vec::new();
+    stdout.read_to_end(&mut got).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(got == want, "cat output differs");
+    let size = nix::fcntl::fcntl(stdout.as_fd(), nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+    assert_eq!(size, 1 << 20, "the pipe's capacity after memarts cat wrote into it");
+}
+
 #[test]
 fn ls_and_cp_through_the_fleet_fill_the_cache() {
     let bucket = moto().bucket("cp");
