@@ -181,6 +181,8 @@ def main():
     finally:
         subprocess.run([MEMARTS, "stop_proxy"], capture_output=True)
         moto.kill()
+        # The datasets, caches and the peers' caches: gigabytes a later benchmark needs.
+        shutil.rmtree(work, ignore_errors=True)
 
     def mbs(nbytes, seconds):
         return nbytes / seconds / 1e6

@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,9 +71,11 @@ def moto_workspace(bucket, prefix):
 
 
 def make_dataset(s3, bucket, prefix, n, size, seed=1):
-    """`n` objects of `size` random bytes; also written to local files for the page-cache reference."""
+    """`n` objects of `size` random bytes; also written to local files for the page-cache reference,
+    in the work dir of `moto_workspace` (which the caller removes)."""
     rng = random.Random(seed)
-    local = tempfile.mkdtemp(prefix="memarts-pybench-data-")
+    work = os.path.dirname(os.environ["MEMARTS_CACHE_DIR"])
+    local = tempfile.mkdtemp(prefix="memarts-pybench-data-", dir=work)
     urls, paths = [], []
     for i in range(n):
         data = rng.randbytes(size)
@@ -211,8 +214,11 @@ def main():
               f"({r['memarts_files_per_s']:.0f} files/s) vs open().read() {r['page_cache_mbs']:.0f} MB/s "
               f"({r['ratio']:.2f}x)")
     small = small_by_fleet[4]
-    mem = memory(base, s3, bucket)
-    moto.kill()
+    try:
+        mem = memory(base, s3, bucket)
+    finally:
+        moto.kill()
+        shutil.rmtree(base, ignore_errors=True)
     print(f"PSS, {mem['workers']} workers: proxy mode {mem['proxy_mode_kib'] / 1024:.0f} MiB "
           f"(workers {mem['proxy_mode_workers_kib'] / 1024:.0f} + proxies {mem['proxies_kib'] / 1024:.0f}) "
           f"vs embedded {mem['embedded_mode_kib'] / 1024:.0f} MiB ({mem['ratio']:.2f}x); "

@@ -83,7 +83,31 @@ impl Fleet {
             .envs(self.extra_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .output()
             .expect("run recovery script");
-        assert!(out.status.success(), "recovery failed:\n{}{}", text(&out.stdout), text(&out.stderr));
+        if !out.status.success() {
+            panic!("recovery failed:\n{}{}{}", text(&out.stdout), text(&out.stderr), self.slot_logs());
+        }
+    }
+
+    /// The last lines of every slot's log, to say why a start failed.
+    pub fn slot_logs(&self) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(&self.run_dir) else { return out };
+        let mut logs: Vec<_> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        logs.sort();
+        for log in logs {
+            let body = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = body.lines().rev().take(15).collect();
+            out.push_str(&format!("--- {} (last lines)\n", log.display()));
+            for line in tail.into_iter().rev() {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
     }
 
     pub fn client(&self, chunk_size: u64) -> Client {
