@@ -201,18 +201,39 @@ fn first_epoch_after_a_restart_waits_for_no_listing(bucket: &str, idle: Duration
     assert_eq!(heads2 - heads, 0, "HEADs of the first epoch after the restart");
 }
 
-#[test]
-fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
+/// A bucket holding one directory of 60 objects, and a fleet of 2 slots with the tests' TTL that
+/// reaches it through a fault relay.
+struct Relayed {
+    relay: FaultRelay,
+    bucket: String,
+    data: Arc<Vec<(String, Vec<u8>)>>,
+    fleet: Fleet,
+    /// The fleet's config dir, kept while it runs.
+    _cfg: tempfile::TempDir,
+}
+
+fn one_directory_through_a_relay(name: &str) -> Relayed {
     let relay = FaultRelay::start(&moto().endpoint);
-    let bucket = moto().bucket("relist-503");
+    let bucket = moto().bucket(name);
     let data = dataset(&bucket, 1, 60);
     let (_cfg, fleet) = relay.fleet(2, &format!("meta_ttl_secs = {TTL}"), &[]);
     fleet.wait_index_ready();
+    Relayed { relay, bucket, data, fleet, _cfg }
+}
+
+/// The relay's match for LIST requests (ListObjectsV2).
+fn listings() -> Match {
+    Match { method: Some("GET"), ranged: false, path_contains: Some("list-type".into()) }
+}
+
+#[test]
+fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
+    let Relayed { relay, bucket, data, fleet, _cfg } = one_directory_through_a_relay("relist-503");
     epoch(&fleet, &data, 4);
     // Every attempt of the next listing is refused (6 attempts, the origin's retries included):
     // a revalidation's, or one made ahead of the TTL (`refresh.rs`), after which the directory's
     // versions expire all the same.
-    let list = Match { method: Some("GET"), ranged: false, path_contains: Some("list-type".into()) };
+    let list = listings();
     let injected = relay.injected();
     relay.inject(list, Fault::Status(503), 6);
     std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
@@ -228,12 +249,8 @@ fn a_listing_that_fails_falls_back_to_heads_with_no_failed_read() {
 /// whole, and the bucket is not listed again for the TTL.
 #[test]
 fn listings_without_etags_fall_back_to_heads_with_no_failed_read() {
-    let relay = FaultRelay::start(&moto().endpoint);
-    let bucket = moto().bucket("relist-noetag");
-    let data = dataset(&bucket, 1, 60);
-    let (_cfg, fleet) = relay.fleet(2, &format!("meta_ttl_secs = {TTL}"), &[]);
-    fleet.wait_index_ready();
-    let list = Match { method: Some("GET"), ranged: false, path_contains: Some("list-type".into()) };
+    let Relayed { relay, bucket, data, fleet, _cfg } = one_directory_through_a_relay("relist-noetag");
+    let list = listings();
     relay.inject(list, Fault::NoETags, 1000);
     epoch(&fleet, &data, 4);
     std::thread::sleep(Duration::from_secs_f64(TTL + 0.5));
