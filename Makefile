@@ -94,10 +94,13 @@ demo: build
 # pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json), a warm
 # epoch in the field after the metadata TTL from the SSD against download-then-read (field.json),
 # `memarts mount` against local files and the s3fs / rclone mounts (mount.json; Debian packages);
-# then report.py merges them into tests/bench/results/latest.{json,md,svg}. The cold reads over the
+# then report.py merges them into tests/bench/results/latest.{json,md,svg} and docs_figures.py writes
+# the figures of the README and docs/ from them. The cold reads over the
 # link run first: the other benchmarks delete many files at their ends, and for a few minutes after
 # that ext4 makes every file creation scan past the recently deleted inodes, which a fresh cache's
 # fills would pay for.
+# The commit measured, taken when make starts (a commit made during the run does not change it).
+BENCH_COMMIT := $(shell git describe --always --dirty --abbrev=7 2>/dev/null)
 bench: deps-test build
 	$(CARGO) build --release --bins --benches
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check ./shim/python matplotlib
@@ -112,7 +115,8 @@ bench: deps-test build
 	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
 		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py
-	$(PYTHON) tests/bench/report.py
+	BENCH_COMMIT=$(BENCH_COMMIT) $(PYTHON) tests/bench/report.py
+	$(PYTHON) tests/bench/docs_figures.py
 
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder
 # (ops/scripts/fuzz.sh, FUZZ_SECONDS per target), then every fault class of docs/RELIABILITY.md against a

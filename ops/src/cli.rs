@@ -62,7 +62,7 @@ pub enum Command {
     /// and how much came from the cache and from the origin.
     Warmup(WarmupArgs),
     /// Mount an object prefix as a POSIX directory (FUSE), read through the node's fleet and its
-    /// cache. Files written there are uploaded whole when closed; see the README's Mount section.
+    /// cache. Files written there are uploaded whole when closed; see docs/MOUNT.md.
     Mount(MountArgs),
     /// Unmount a memarts mount, also one whose mount process died (kill -9) and left it stale.
     Unmount(UnmountArgs),

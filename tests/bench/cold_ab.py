@@ -6,10 +6,10 @@ Each variant is a directory holding `memarts` and `memarts-proxy`, optionally fo
 The runs take turns (old, new, new, old, old, new, ...), each on a fresh fleet and a fresh cache,
 over one origin (s3s-fs behind the emulated link, as `link_bench.py` sets them up): this machine's speed
 wanders by 20% over minutes, and successive fresh caches slow down as the page cache grows (this VM
-hands freed memory back to its host, see the README), which turns affect alike. Its caches are
+hands freed memory back to its host), which turns affect alike. Its caches are
 deleted when it ends: on a journal-less ext4 (this VM's root) every file created in the next few
 minutes pays a scan past the deleted inodes, so a run started right after another is slower all
-through (the README has the figures); wait or compare only within one invocation. Per run: throughput
+through; wait or compare only within one invocation. Per run: throughput
 against the link, and the CPU of the proxies, of the client process tree and of the origin, per
 object (per MiB for `cat`), read from /proc; per variant, the medians.
 

@@ -16,6 +16,7 @@ issue's keys first) and `goals` (each with the goal and whether this run met it)
 
 import json
 import os
+import subprocess
 import sys
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -407,11 +408,19 @@ def headline(latest):
     return "\n".join(lines) + "\n"
 
 
+def measured_commit():
+    """The commit the run measured: `BENCH_COMMIT` (make bench takes it as it starts), else HEAD now."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
+    git = ["git", "-C", os.path.dirname(RESULTS), "describe", "--always", "--dirty", "--abbrev=7"]
+    return subprocess.run(git, capture_output=True, text=True).stdout.strip() or "(unknown)"
+
+
 def main():
     inputs = {name: load(name) for name in INPUTS}
     scales = {name: data.get("scale", "small" if name == "python" else None) for name, data in inputs.items()}
     ratios = merged_ratios(inputs)
-    latest = dict(inputs, ratios=ratios, goals=goal_status(ratios), scales=scales)
+    latest = dict(inputs, ratios=ratios, goals=goal_status(ratios), scales=scales, commit=measured_commit())
     with open(os.path.join(RESULTS, "latest.json"), "w") as f:
         json.dump(latest, f, indent=2)
     rows = scenarios(inputs["fleet"], inputs["python"], inputs["compare"])

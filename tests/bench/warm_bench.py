@@ -249,7 +249,7 @@ def main():
         f.write(large)
     del large
     res = {"scale": "small" if SMALL_SCALE else "full", "proxies": 4, "reps": SCALE["reps"]}
-    # A dataset that does not change, as the README advises for one (`--meta-ttl`): with the default
+    # A dataset that does not change, which may be given a long `--meta-ttl`: with the default
     # 60 s, the cold fill of the full scale (moto is slow) outlasts the TTL, and the first timed
     # epoch would measure one HEAD per object at the origin, not the hit path.
     out = subprocess.run([MEMARTS, "start_proxy", "4", "--meta-ttl", "3600"], capture_output=True, text=True)

@@ -77,7 +77,7 @@ fn start_proxy_refuses_a_secret_file_with_less_than_256_bits_of_entropy() {
             assert!(err.contains(part), "{part:?} missing from: {err}");
         }
     }
-    // What the README's command makes: 32 random bytes in base64, 258 bits.
+    // What docs/CLUSTER.md's command makes: 32 random bytes in base64, 258 bits.
     let strong = format!("{}=\n", "Zm9vYmFyYmF6cXV4".repeat(2) + "Zm9vYmFyYmF");
     assert_eq!(strong.trim().len(), 44);
     write_secret(&secret, strong.as_bytes(), 0o600);
