@@ -1,12 +1,12 @@
-//! How a data command reaches objects: memarts' mode resolution (`memarts_shim::mode`), the same
+//! How a data command reaches objects: memarts' mode resolution (`memarts_session`), the same
 //! as the Python package's. Through the fleet when one runs (or with `USE_MEMARTS_PROXY=1`), so it
 //! fills and uses the cache; with `USE_MEMARTS=1` and no fleet, through an engine in this process on
 //! the cache dir; otherwise through a pass-through engine in this process, straight from the origin.
 //! A fleet that runs but is not trusted is an error, never a reason to go to the origin without it.
 
 use anyhow::Result;
+use memarts_session::Session;
 use memarts_settings::Settings;
-use memarts_shim::mode::Session;
 
 use crate::cli::Common;
 use crate::settings::{resolve, shim_config};

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use memarts_protocol::peer::{ClusterStatus, MemberState, MemberStatus};
-use memarts_proxy::cluster::peer_client::PeerClient;
+use memarts_proxy::cluster::peer_client::{PeerClient, PeerError};
 use memarts_proxy::config::FleetConfig;
 use memarts_settings::size::format_size;
 use memarts_settings::Settings;
@@ -106,7 +106,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
             }
         }
     }
-    let mut totals: BTreeMap<String, Result<Totals, String>> = BTreeMap::new();
+    let mut totals: BTreeMap<String, std::result::Result<Totals, PeerError>> = BTreeMap::new();
     let mut local = Totals::default();
     answered.iter().for_each(|s| local.add(s));
     totals.insert(me.clone(), Ok(local));
@@ -123,7 +123,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
                 });
                 match totals.get(&m.id) {
                     Some(Ok(t)) => row["counters"] = t.json(),
-                    Some(Err(e)) => row["error"] = json!(e),
+                    Some(Err(e)) => row["error"] = json!(e.to_string()),
                     None => {}
                 }
                 row
@@ -175,7 +175,7 @@ fn remote_totals(
     cfg: &FleetConfig,
     me: &str,
     members: Vec<&MemberStatus>,
-) -> Result<BTreeMap<String, Result<Totals, String>>> {
+) -> Result<BTreeMap<String, std::result::Result<Totals, PeerError>>> {
     let mut out = BTreeMap::new();
     if members.is_empty() {
         return Ok(out);
@@ -191,12 +191,12 @@ fn remote_totals(
         let member =
             memarts_proxy::cluster::Member { id: m.id.clone(), address: m.address.clone(), weight: m.weight };
         let totals = rt.block_on(async {
-            let slots = peers.remote_slots(&member).await.map_err(|e| e.to_string())?;
+            let slots = peers.remote_slots(&member).await?;
             let mut t = Totals::default();
             for slot in 0..slots {
-                t.add(&peers.status(&member, slot).await.map_err(|e| e.to_string())?);
+                t.add(&peers.status(&member, slot).await?);
             }
-            Ok::<_, String>(t)
+            Ok::<_, PeerError>(t)
         });
         out.insert(m.id.clone(), totals);
     }

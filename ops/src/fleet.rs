@@ -10,7 +10,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use memarts_proxy::cache_root::{CacheDirError, CacheRoot};
 use memarts_proxy::config::FleetConfig;
 use memarts_proxy::lifecycle::{check_own_dir, ensure_run_dir, Readiness};
@@ -115,9 +115,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
         );
     }
     clean_stale(&cfg.run_dir)?;
-    write_fleet_file(&cfg)?;
+    cfg.write_fleet_file().with_context(|| format!("writing {}", cfg.fleet_file().display()))?;
 
-    let (tx, rx) = mpsc::channel::<(u32, Result<Readiness, String>)>();
+    let (tx, rx) = mpsc::channel::<(u32, Result<Readiness>)>();
     let mut pids = Vec::new();
     for slot in 0..cfg.slots {
         pids.push(spawn_slot(&cfg, &proxy_bin, slot, tx.clone())?);
@@ -202,7 +202,7 @@ fn spawn_slot(
     cfg: &FleetConfig,
     proxy_bin: &Path,
     slot: u32,
-    tx: mpsc::Sender<(u32, Result<Readiness, String>)>,
+    tx: mpsc::Sender<(u32, Result<Readiness>)>,
 ) -> Result<u32> {
     let log = OpenOptions::new().create(true).append(true).mode(0o600).open(cfg.log_path(slot))?;
     let mut cmd = Command::new(proxy_bin);
@@ -222,10 +222,10 @@ fn spawn_slot(
     std::thread::spawn(move || {
         let mut line = String::new();
         let res = match BufReader::new(stdout).read_line(&mut line) {
-            Ok(0) => Err("exited before reporting ready".to_string()),
+            Ok(0) => Err(anyhow!("exited before reporting ready")),
             Ok(_) => serde_json::from_str::<Readiness>(&line)
-                .map_err(|e| format!("bad readiness line {line:?}: {e}")),
-            Err(e) => Err(format!("reading its readiness line: {e}")),
+                .with_context(|| format!("bad readiness line {line:?}")),
+            Err(e) => Err(anyhow::Error::new(e).context("reading its readiness line")),
         };
         let _ = tx.send((slot, res));
         // Reap it if it exits while we still run (a failed start); detached proxies outlive us.
@@ -245,11 +245,10 @@ pub fn restart(common: &Common, args: &RestartArgs) -> Result<ExitCode> {
         check_own_dir(&run_dir).with_context(|| format!("run dir {}", run_dir.display()))?;
     }
     let fleet_file = memarts_proxy::config::fleet_file(&run_dir);
-    let text = std::fs::read(&fleet_file).with_context(|| {
-        format!("no running fleet in {} (start one with `memarts start_proxy N`)", run_dir.display())
-    })?;
-    let cfg: FleetConfig =
-        serde_json::from_slice(&text).with_context(|| format!("reading {}", fleet_file.display()))?;
+    if !fleet_file.exists() {
+        bail!("no running fleet in {} (start one with `memarts start_proxy N`)", run_dir.display());
+    }
+    let cfg = FleetConfig::load(&fleet_file)?;
     let proxy_bin = proxy_binary()?;
     let grace = Duration::from_secs_f64(args.grace);
     // A supervisor (`start_proxy --foreground`) leaves the slots alone while this is held.
@@ -333,17 +332,6 @@ pub(crate) fn stop_fleet(cfg: &FleetConfig, grace: Duration) -> Result<String> {
         if orphans.is_empty() { String::new() } else { format!(", {} orphaned", orphans.len()) },
         if cleaned == 0 { String::new() } else { format!(", cleaned {cleaned} stale files of dead proxies") },
     ))
-}
-
-fn write_fleet_file(cfg: &FleetConfig) -> Result<()> {
-    let path = cfg.fleet_file();
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(cfg)?)?;
-    // Readable by the allowed uids' clients, which route by its slot count; it holds no secret.
-    let mode = if cfg.serves_other_uids() { 0o644 } else { 0o600 };
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-    std::fs::rename(&tmp, &path)?;
-    Ok(())
 }
 
 /// `MEMARTS_PROXY_BIN`, else `memarts-proxy` next to this executable, else on `PATH`; when it is

@@ -33,10 +33,7 @@ pub fn status(common: &Common, args: &StatusArgs) -> Result<ExitCode> {
     let mut slots = Vec::new();
     let mut all_alive = true;
     // In a cluster each slot also reports its peer counters; a fleet outside one is not asked.
-    let in_cluster = std::fs::read(cfg.run_dir.join("fleet.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .is_some_and(|fleet| fleet["cluster"].is_object());
+    let in_cluster = memarts_shim::FleetFile::read(&cfg.run_dir).is_ok_and(|fleet| fleet.in_cluster);
     let cluster: std::collections::HashMap<u32, _> = if in_cluster {
         client
             .cluster_status(Duration::from_secs(3))

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use memarts_protocol::ObjectMeta;
 use memarts_shim::local_file::write_atomically;
 
-use memarts_shim::mode::{Mode, Session};
+use memarts_session::{Mode, Session};
 
 use crate::access::{access, AboutUrl};
 use crate::cli::{Common, CpArgs, LsArgs, PutArgs};
@@ -85,7 +85,7 @@ pub fn cp(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     };
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
     let failures = run_jobs(threads(args)?, &jobs, |(src, dst, _)| {
-        copy_one(&access, src, dst, &bar).map_err(|e| format!("{src}: {e:#}"))
+        copy_one(&access, src, dst, &bar).with_context(|| src.clone())
     });
     bar.finish_and_clear();
     report(failures, jobs.len())
@@ -146,7 +146,7 @@ fn upload(common: &Common, args: &CpArgs) -> Result<ExitCode> {
     let access = access(common)?;
     let bar = progress(jobs.iter().map(|j| j.2).sum(), jobs.len());
     let failures = run_jobs(threads(args)?, &jobs, |(src, dst, len)| {
-        access.put_file(dst, src).map(|_| bar.inc(*len)).map_err(|e| format!("{}: {e:#}", src.display()))
+        access.put_file(dst, src).map(|_| bar.inc(*len)).with_context(|| src.display().to_string())
     });
     bar.finish_and_clear();
     report(failures, jobs.len())
@@ -164,8 +164,8 @@ fn threads(args: &CpArgs) -> Result<usize> {
 fn run_jobs<T: Sync>(
     threads: usize,
     jobs: &[T],
-    job: impl Fn(&T) -> Result<(), String> + Sync,
-) -> Vec<String> {
+    job: impl Fn(&T) -> Result<()> + Sync,
+) -> Vec<anyhow::Error> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|s| {
@@ -181,10 +181,10 @@ fn run_jobs<T: Sync>(
     failures.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
-fn report(failures: Vec<String>, total: usize) -> Result<ExitCode> {
+fn report(failures: Vec<anyhow::Error>, total: usize) -> Result<ExitCode> {
     if !failures.is_empty() {
         for f in failures.iter().take(10) {
-            eprintln!("memarts: cp: {f}");
+            eprintln!("memarts: cp: {f:#}");
         }
         bail!("{} of {total} files could not be copied", failures.len());
     }

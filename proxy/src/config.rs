@@ -8,9 +8,10 @@
 //! [`FleetConfig::apply_settings`] (the environment's values, parsed by `memarts_settings`). Errors are a [`ConfigError`] naming the setting (`config/error.rs`).
 
 mod error;
+mod fleet_file;
 mod prefetch;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -332,20 +333,6 @@ impl FleetConfig {
 
     pub fn log_path(&self, slot: u32) -> PathBuf {
         self.run_dir.join(format!("proxy-{slot}.log"))
-    }
-
-    pub fn fleet_file(&self) -> PathBuf {
-        fleet_file(&self.run_dir)
-    }
-
-    /// Reads `fleet.json` as written by `memarts start_proxy`.
-    pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Unreadable { path: path.to_path_buf(), source })?;
-        let cfg: FleetConfig = serde_json::from_str(&text)
-            .map_err(|source| ConfigError::NotAFleetConfig { path: path.to_path_buf(), source })?;
-        cfg.validate()?;
-        Ok(cfg)
     }
 }
 

@@ -57,8 +57,7 @@ impl Embedded {
         };
         cfg.validate().map_err(|e| cleanup(e.into()))?;
         let failed = |step| move |source| cleanup(StartError::Embedded { step, source });
-        let json = serde_json::to_vec(&cfg).map_err(|e| cleanup(StartError::EncodeFleet(e)))?;
-        std::fs::write(cfg.fleet_file(), json).map_err(failed(EmbeddedStep::WriteFleetFile))?;
+        cfg.write_fleet_file().map_err(failed(EmbeddedStep::WriteFleetFile))?;
         let listener = crate::server::bind_socket_in_private_dir(&cfg.socket_path(0))
             .map_err(failed(EmbeddedStep::Bind))?;
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -24,9 +24,28 @@ pub struct Siblings {
 #[derive(Debug, thiserror::Error)]
 pub enum SiblingError {
     #[error("slot {slot}: {why}")]
-    Failed { slot: u32, why: String },
+    Failed {
+        slot: u32,
+        #[source]
+        why: Fault,
+    },
     #[error("slot {slot} did not answer within {timeout:?}")]
     Timeout { slot: u32, timeout: Duration },
+}
+
+/// What went wrong on the way to a sibling.
+#[derive(Debug, thiserror::Error)]
+pub enum Fault {
+    #[error("{}: {source}", path.display())]
+    Connect { path: PathBuf, source: std::io::Error },
+    #[error("{} is served by uid {uid}, not ours", path.display())]
+    Foreign { path: PathBuf, uid: u32 },
+    #[error("unexpected answer to Hello: {0}")]
+    Unexpected(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Frame(#[from] memarts_protocol::FrameError),
 }
 
 impl Siblings {
@@ -47,7 +66,7 @@ impl Siblings {
                 None => self.connect(slot).await?,
             };
             let response = exchange(&mut stream, request).await?;
-            Ok::<_, String>((stream, response))
+            Ok::<_, Fault>((stream, response))
         };
         let timed = |stream| async move {
             match tokio::time::timeout(self.timeout, attempt(stream)).await {
@@ -67,12 +86,15 @@ impl Siblings {
         Ok(response)
     }
 
-    async fn connect(&self, slot: u32) -> Result<UnixStream, String> {
+    async fn connect(&self, slot: u32) -> Result<UnixStream, Fault> {
         let path = memarts_protocol::layout::socket_path(&self.run_dir, slot);
-        let mut stream = UnixStream::connect(&path).await.map_err(|e| format!("{}: {e}", path.display()))?;
-        let uid = stream.peer_cred().map_err(|e| e.to_string())?.uid();
+        let mut stream = match UnixStream::connect(&path).await {
+            Ok(stream) => stream,
+            Err(source) => return Err(Fault::Connect { path, source }),
+        };
+        let uid = stream.peer_cred()?.uid();
         if uid != nix::unistd::getuid().as_raw() {
-            return Err(format!("{} is served by uid {uid}, not ours", path.display()));
+            return Err(Fault::Foreign { path, uid });
         }
         let hello = Request::Hello(Hello {
             protocol_version: PROTOCOL_VERSION,
@@ -80,16 +102,16 @@ impl Siblings {
         });
         match exchange(&mut stream, &hello).await? {
             Response::Welcome(_) => Ok(stream),
-            other => Err(format!("unexpected answer to Hello: {other:?}")),
+            other => Err(Fault::Unexpected(format!("{other:?}"))),
         }
     }
 }
 
 /// Sends `request`, reads its response (no payload is expected, and any is refused).
-async fn exchange(stream: &mut UnixStream, request: &Request) -> Result<Response, String> {
-    let bytes = frame::encode(request, 0).map_err(|e| e.to_string())?;
-    stream.write_all(&bytes).await.map_err(|e| e.to_string())?;
+async fn exchange(stream: &mut UnixStream, request: &Request) -> Result<Response, Fault> {
+    let bytes = frame::encode(request, 0)?;
+    stream.write_all(&bytes).await?;
     let limits = Limits { max_message: Limits::RESPONSE.max_message, max_payload: 0 };
-    let (_, response) = frame::read_async::<Response, _>(stream, limits).await.map_err(|e| e.to_string())?;
+    let (_, response) = frame::read_async::<Response, _>(stream, limits).await?;
     Ok(response)
 }

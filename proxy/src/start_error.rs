@@ -111,9 +111,6 @@ pub enum StartError {
         #[source]
         source: io::Error,
     },
-    /// An in-process slot's config cannot be written as JSON.
-    #[error("{0}")]
-    EncodeFleet(#[source] serde_json::Error),
 }
 
 impl From<CacheDirError> for StartError {

@@ -224,10 +224,10 @@ impl<G: Fn(&str) -> Option<String>> Env<G> {
     fn opt<T>(
         &self,
         var: &'static str,
-        parse: impl Fn(&str) -> Result<T, String>,
+        parse: impl Fn(&str) -> Result<T, parse::Expected>,
     ) -> Result<Option<T>, SettingsError> {
         let Some(value) = (self.0)(var) else { return Ok(None) };
-        parse(&value).map(Some).map_err(|expected| SettingsError { var, value, expected })
+        parse(&value).map(Some).map_err(|e| SettingsError { var, value, expected: e.0 })
     }
 
     fn flag(&self, var: &'static str) -> Result<bool, SettingsError> {

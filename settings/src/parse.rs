@@ -8,9 +8,27 @@ use std::time::Duration;
 
 use nix::unistd::User;
 
+/// What a value should have been, said of the value (`must be 0 or 1`, `is not a size (...)`);
+/// [`crate::SettingsError`] puts the variable's name and the value before it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Expected(pub String);
+
+impl From<&str> for Expected {
+    fn from(text: &str) -> Expected {
+        Expected(text.to_string())
+    }
+}
+
+impl From<String> for Expected {
+    fn from(text: String) -> Expected {
+        Expected(text)
+    }
+}
+
 /// The one boolean syntax of every flag: `1` / `true` or `0` / `false` (any case). Anything else,
 /// `yes` included, is refused rather than guessed.
-pub fn flag(text: &str) -> Result<bool, String> {
+pub fn flag(text: &str) -> Result<bool, Expected> {
     match text.to_ascii_lowercase().as_str() {
         "1" | "true" => Ok(true),
         "0" | "false" => Ok(false),
@@ -23,30 +41,30 @@ pub fn whole<T: FromStr + PartialOrd + std::fmt::Display + Copy>(
     text: &str,
     low: T,
     high: T,
-) -> Result<T, String> {
+) -> Result<T, Expected> {
     let n: T = text.parse().map_err(|_| "is not a whole number".to_string())?;
     if n < low || n > high {
-        return Err(format!("is outside {low}..={high}"));
+        return Err(format!("is outside {low}..={high}").into());
     }
     Ok(n)
 }
 
 /// A number of bytes (digits only) in `low..=high`.
-pub fn bytes(text: &str, low: u64, high: u64) -> Result<u64, String> {
+pub fn bytes(text: &str, low: u64, high: u64) -> Result<u64, Expected> {
     let n: u64 = text.parse().map_err(|_| "is not a number of bytes".to_string())?;
     if !(low..=high).contains(&n) {
-        return Err(format!("is outside {low}..={high} bytes"));
+        return Err(format!("is outside {low}..={high} bytes").into());
     }
     Ok(n)
 }
 
 /// A size with an optional unit (`50GiB`, `512MiB`, `1TB`, `1048576`).
-pub fn size(text: &str) -> Result<u64, String> {
-    crate::size::parse_size(text).map_err(|_| "is not a size (use e.g. 50GiB, 512MiB, 1TB)".to_string())
+pub fn size(text: &str) -> Result<u64, Expected> {
+    crate::size::parse_size(text).map_err(|_| "is not a size (use e.g. 50GiB, 512MiB, 1TB)".into())
 }
 
 /// A positive number of seconds, below a million.
-pub fn seconds(text: &str) -> Result<Duration, String> {
+pub fn seconds(text: &str) -> Result<Duration, Expected> {
     match text.parse::<f64>() {
         Ok(secs) if secs.is_finite() && secs > 0.0 && secs < 1e6 => Ok(Duration::from_secs_f64(secs)),
         _ => Err("must be a positive number of seconds".into()),
@@ -54,28 +72,28 @@ pub fn seconds(text: &str) -> Result<Duration, String> {
 }
 
 /// Microseconds of socket polling, 0 to 10000 (0 turns polling off).
-pub fn spin_us(text: &str) -> Result<Duration, String> {
+pub fn spin_us(text: &str) -> Result<Duration, Expected> {
     memarts_protocol::spin::parse_spin_us(text)
         .map_err(|_| "is not a number of microseconds between 0 and 10000".into())
 }
 
-pub fn path(text: &str) -> Result<PathBuf, String> {
+pub fn path(text: &str) -> Result<PathBuf, Expected> {
     Ok(PathBuf::from(text))
 }
 
-pub fn text(text: &str) -> Result<String, String> {
+pub fn text(text: &str) -> Result<String, Expected> {
     Ok(text.to_string())
 }
 
 /// Uids or user names separated by commas or spaces (`0, 1000`, `root`).
-pub fn uids(text: &str) -> Result<Vec<u32>, String> {
+pub fn uids(text: &str) -> Result<Vec<u32>, Expected> {
     let mut uids = Vec::new();
     for item in text.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
         let uid = match item.parse::<u32>() {
             Ok(uid) => uid,
             Err(_) => match User::from_name(item) {
                 Ok(Some(user)) => user.uid.as_raw(),
-                _ => return Err(format!("has {item:?}, neither a uid nor a known user name")),
+                _ => return Err(format!("has {item:?}, neither a uid nor a known user name").into()),
             },
         };
         uids.push(uid);
@@ -85,14 +103,14 @@ pub fn uids(text: &str) -> Result<Vec<u32>, String> {
 
 /// `obs://bucket/dir=/local/dir` pairs separated by `;`, longest prefix first (so
 /// `obs://b/dir/sub` wins over `obs://b/dir`), trailing slashes dropped.
-pub fn mounts(text: &str) -> Result<Vec<(String, String)>, String> {
+pub fn mounts(text: &str) -> Result<Vec<(String, String)>, Expected> {
     const REMOTE: [&str; 4] = ["s3://", "obs://", "oss://", "s3a://"];
     let mut mounts = Vec::new();
     for item in text.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let (prefix, local) = item.split_once('=').unwrap_or((item, ""));
         let lower = prefix.to_ascii_lowercase();
         if !REMOTE.iter().any(|r| lower.starts_with(r)) || local.is_empty() {
-            return Err(format!("has {item:?}, not of the form obs://bucket/dir=/local/dir"));
+            return Err(format!("has {item:?}, not of the form obs://bucket/dir=/local/dir").into());
         }
         mounts.push((prefix.trim_end_matches('/').to_string(), local.trim_end_matches('/').to_string()));
     }
@@ -103,7 +121,7 @@ pub fn mounts(text: &str) -> Result<Vec<(String, String)>, String> {
 /// The fsspec protocols `memarts.fsspec` takes over (`MEMARTS_FSSPEC_ROUTE`): `1` / `true` for
 /// `s3`, `obs` and `oss`; `0` / `false` for none; or a list of some of `s3`, `s3a`, `obs`, `oss`
 /// separated by commas or spaces (`s3,obs`), lower-cased.
-pub fn fsspec_protocols(text: &str) -> Result<Vec<String>, String> {
+pub fn fsspec_protocols(text: &str) -> Result<Vec<String>, Expected> {
     const KNOWN: [&str; 4] = ["s3", "s3a", "obs", "oss"];
     if let Ok(all) = flag(text) {
         return Ok(if all { ["s3", "obs", "oss"].map(String::from).to_vec() } else { Vec::new() });
@@ -112,7 +130,7 @@ pub fn fsspec_protocols(text: &str) -> Result<Vec<String>, String> {
     for item in text.split([',', ' ', '\t']).filter(|s| !s.is_empty()) {
         let name = item.to_ascii_lowercase();
         if !KNOWN.contains(&name.as_str()) {
-            return Err(format!("has {item:?}: use 1, 0 or protocols among s3, s3a, obs, oss"));
+            return Err(format!("has {item:?}: use 1, 0 or protocols among s3, s3a, obs, oss").into());
         }
         if !protocols.contains(&name) {
             protocols.push(name);
@@ -165,8 +183,8 @@ impl fmt::Display for EngineKind {
 }
 
 /// An I/O engine's name.
-pub fn engine(text: &str) -> Result<EngineKind, String> {
-    text.parse().map_err(|_| "is not an I/O engine: use auto, io_uring (or uring) or pread".to_string())
+pub fn engine(text: &str) -> Result<EngineKind, Expected> {
+    text.parse().map_err(|_| "is not an I/O engine: use auto, io_uring (or uring) or pread".into())
 }
 
 /// What a slot keeps when its cache is full (`MEMARTS_EVICTION`, config `eviction`).
@@ -212,8 +230,8 @@ impl fmt::Display for Eviction {
 }
 
 /// An eviction policy's name.
-pub fn eviction(text: &str) -> Result<Eviction, String> {
-    text.parse().map_err(|_| "is not an eviction policy: use tinylfu or lru".to_string())
+pub fn eviction(text: &str) -> Result<Eviction, Expected> {
+    text.parse().map_err(|_| "is not an eviction policy: use tinylfu or lru".into())
 }
 
 #[cfg(test)]
@@ -233,7 +251,7 @@ mod tests {
     #[test]
     fn numbers_sizes_and_lists() {
         assert_eq!(whole::<usize>("16", 1, 1024), Ok(16));
-        assert!(whole::<usize>("0", 1, 1024).unwrap_err().contains("outside 1..=1024"));
+        assert!(whole::<usize>("0", 1, 1024).unwrap_err().0.contains("outside 1..=1024"));
         assert!(whole::<usize>("-1", 1, 256).is_err());
         assert_eq!(bytes("65536", 4096, 1 << 26), Ok(65536));
         assert!(bytes("1MB", 4096, 1 << 26).is_err());
@@ -243,7 +261,7 @@ mod tests {
         let m = mounts("obs://b/dir=/a/; obs://b/dir/sub/=/b").unwrap();
         assert_eq!(m, vec![("obs://b/dir/sub".into(), "/b".into()), ("obs://b/dir".into(), "/a".into())]);
         assert!(mounts("obs://b/a:/cache/a").is_err());
-        assert!(engine("mmap").unwrap_err().contains("io_uring"));
+        assert!(engine("mmap").unwrap_err().0.contains("io_uring"));
     }
 
     #[test]
@@ -251,7 +269,7 @@ mod tests {
         assert_eq!(fsspec_protocols("1").unwrap(), ["s3", "obs", "oss"]);
         assert_eq!(fsspec_protocols("false").unwrap(), Vec::<String>::new());
         assert_eq!(fsspec_protocols("S3, obs,s3").unwrap(), ["s3", "obs"]);
-        assert!(fsspec_protocols("s3,gcs").unwrap_err().contains("\"gcs\""));
+        assert!(fsspec_protocols("s3,gcs").unwrap_err().0.contains("\"gcs\""));
     }
 
     #[test]
@@ -274,6 +292,6 @@ mod tests {
         assert_eq!(uids("0, 1000 65534").unwrap(), vec![0, 1000, 65534]);
         assert_eq!(uids("root").unwrap(), vec![0]);
         assert_eq!(uids("").unwrap(), Vec::<u32>::new());
-        assert!(uids("no-such-user-here").unwrap_err().contains("no-such-user-here"));
+        assert!(uids("no-such-user-here").unwrap_err().0.contains("no-such-user-here"));
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memarts_protocol::layout::{fleet_file, socket_path};
+use memarts_protocol::layout::socket_path;
 use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{
     meta_owner_slot, AdmissionStatus, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, Request,
@@ -47,23 +47,9 @@ pub struct Client {
     pub(crate) direct: Option<crate::direct::Direct>,
 }
 
-#[derive(serde::Deserialize)]
-struct FleetFile {
-    slots: u32,
-}
-
 /// Reads the fleet size from `<run dir>/fleet.json`.
 pub fn fleet_slots(run_dir: &Path) -> Result<u32> {
-    let path = fleet_file(run_dir);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Unavailable(format!(
-            "no memarts fleet in {} ({e}); start one with `memarts start_proxy N`",
-            run_dir.display()
-        ))
-    })?;
-    let f: FleetFile =
-        serde_json::from_str(&text).map_err(|e| Error::Protocol(format!("{}: {e}", path.display())))?;
-    Ok(f.slots.max(1))
+    Ok(crate::FleetFile::read(run_dir)?.slots.max(1))
 }
 
 /// Whether a fleet answers in `run_dir` (a `fleet.json` and at least one connectable socket).

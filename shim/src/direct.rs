@@ -35,7 +35,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,25 +43,20 @@ use std::time::{Duration, Instant, SystemTime};
 use memarts_protocol::chunk_file::{chunks_dir, format, ChunkId};
 use memarts_protocol::layout::{meta_table_path, pin_table_path};
 use memarts_protocol::meta_table::{url_key, TableFile};
-use memarts_protocol::pin_table::{Pin, PinFile, PinTable, Stamp};
+use memarts_protocol::pin_table::{Pin, PinFile, PinTable};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 
+pub(crate) use crate::chunk_check::Found;
+use crate::chunk_check::{check, identity_of, map_checked, pin_of, pinned_throughout};
 use crate::chunk_files::{ChunkFiles, Opened};
-use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
+use crate::fill::{pread_exact, Room};
 use crate::per_process::{PerProcess, PerProcessGuard};
-
-/// A table file is checked for replacement (a slot that started again) at most this often.
-const RECHECK_TABLE: Duration = Duration::from_secs(1);
+use crate::slot_tables::{mapped, Mapped};
 
 /// Reads are reported to the slots once this many are pending...
 const TOUCH_BATCH: usize = 256;
 /// ... or once the oldest has waited this long (checked at the next read).
 const TOUCH_DELAY: Duration = Duration::from_millis(100);
-
-/// Data read and checksummed per step: small enough that the checksum reads it from the CPU cache
-/// right after the kernel copied it there, large enough that a small file's data comes with its
-/// header in one `preadv`.
-const PIECE: usize = 512 << 10;
 
 /// Which chunk: index `index` of the version `etag` of `url`, cut at `chunk_size`.
 #[derive(Debug, Clone, Copy)]
@@ -71,20 +65,6 @@ pub(crate) struct ChunkName<'a> {
     pub etag: &'a str,
     pub chunk_size: u64,
     pub index: u64,
-}
-
-/// What a direct read of one chunk found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Found {
-    /// Read and checked: the bytes are in the caller's room.
-    Served,
-    /// No file (not cached, evicted, another node's chunk) or one that cannot be read: ask the slot.
-    Absent,
-    /// A file that failed its checks: ask the slot to drop and refetch it.
-    Corrupt,
-    /// Served from a chunk its slot held pinned all through the read: checked when it was pinned,
-    /// not again (reported to callers as `Served`).
-    Pinned,
 }
 
 /// What direct reads did in this process.
@@ -100,70 +80,6 @@ pub struct DirectCounters {
     /// Of the hits, chunks their slot held pinned (locked in memory, checked when pinned) all
     /// through the read, whose CRC32C was therefore not computed again.
     pub pinned: AtomicU64,
-}
-
-/// A slot's table as last looked for: mapped, or not there (a fleet without tables: an older build,
-/// or a slot that could not make one), and when.
-struct Mapped<T> {
-    table: Option<Arc<T>>,
-    checked: Instant,
-}
-
-/// A table file a slot publishes: its metadata, its pins.
-trait SlotTable: Sized {
-    fn open(path: &Path) -> io::Result<Self>;
-    fn superseded(&self) -> bool;
-    fn is_current(&self, path: &Path) -> bool;
-}
-
-impl SlotTable for TableFile {
-    fn open(path: &Path) -> io::Result<Self> {
-        TableFile::open(path)
-    }
-    fn superseded(&self) -> bool {
-        self.table().superseded()
-    }
-    fn is_current(&self, path: &Path) -> bool {
-        TableFile::is_current(self, path)
-    }
-}
-
-impl SlotTable for PinFile {
-    fn open(path: &Path) -> io::Result<Self> {
-        PinFile::open(path)
-    }
-    fn superseded(&self) -> bool {
-        self.table().superseded()
-    }
-    fn is_current(&self, path: &Path) -> bool {
-        PinFile::is_current(self, path)
-    }
-}
-
-/// `slot`'s table of kind `T` at `path`, from `tables` (mapped once and mapped again when the slot
-/// replaced it: see [`Direct::table`]).
-fn mapped<T: SlotTable>(
-    tables: &Mutex<Vec<Option<Mapped<T>>>>,
-    slot: u32,
-    path: impl FnOnce() -> PathBuf,
-) -> Option<Arc<T>> {
-    let mut tables = tables.lock().unwrap_or_else(|p| p.into_inner());
-    let index = slot as usize;
-    if tables.len() <= index {
-        tables.resize_with(index + 1, || None);
-    }
-    let entry = &mut tables[index];
-    let fresh = |m: &&Mapped<T>| {
-        m.checked.elapsed() < RECHECK_TABLE && !m.table.as_ref().is_some_and(|t| t.superseded())
-    };
-    if let Some(m) = entry.as_ref().filter(fresh) {
-        return m.table.clone();
-    }
-    let path = path();
-    let current = entry.as_ref().and_then(|m| m.table.clone()).filter(|t| t.is_current(&path));
-    let table = current.or_else(|| T::open(&path).ok().map(Arc::new));
-    *entry = Some(Mapped { table: table.clone(), checked: Instant::now() });
-    table
 }
 
 #[derive(Default)]
@@ -186,15 +102,6 @@ pub(crate) struct Direct {
     pub counters: DirectCounters,
 }
 
-#[derive(serde::Deserialize)]
-struct FleetFacts {
-    cache_dir: PathBuf,
-    #[serde(default)]
-    passthrough: bool,
-    #[serde(default)]
-    meta_ttl_secs: f64,
-}
-
 impl Direct {
     /// Direct reads of the fleet in `run_dir`, when it caches and this process may read its files:
     /// `None` for a fleet of another uid (`owner`), one that caches nothing, one that trusts no
@@ -203,14 +110,13 @@ impl Direct {
         if owner != nix::unistd::geteuid().as_raw() {
             return None;
         }
-        let text = std::fs::read(memarts_protocol::layout::fleet_file(run_dir)).ok()?;
-        let facts: FleetFacts = serde_json::from_slice(&text).ok()?;
+        let facts = crate::FleetFile::read(run_dir).ok()?;
         if facts.passthrough || facts.meta_ttl_secs <= 0.0 {
             return None;
         }
         Some(Direct {
             run_dir: run_dir.to_path_buf(),
-            chunks: ChunkFiles::new(chunks_dir(&facts.cache_dir), owner),
+            chunks: ChunkFiles::new(chunks_dir(facts.cache_dir.as_ref()?), owner),
             tables: Mutex::default(),
             pins: Mutex::default(),
             pending: PerProcess::new(),
@@ -416,141 +322,12 @@ impl PinnedChunk {
     }
 }
 
-/// The identity bytes of a chunk and its id (what names its file).
-fn identity_of(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> (Vec<u8>, u128) {
-    let mut identity = Vec::with_capacity(64 + url.bucket.len() + url.key.len() + etag.len());
-    memarts_protocol::encode_identity(&mut identity, url, etag, chunk_size, index);
-    let id = memarts_protocol::chunk_id_from_identity(url, chunk_size, index, &identity);
-    (identity, id)
-}
-
-/// Chunk `id`'s entry in a slot's pin table `pins`, if it is pinned (with the table: its header is
-/// checked once per read).
-fn pin_of(pins: Option<&PinFile>, id: u128) -> Option<(PinTable<'_>, Pin)> {
-    let table = pins?.table();
-    table.lookup(id).map(|pin| (table, pin))
-}
-
-/// The chunk file mapped whole and locked in memory, if it is exactly this chunk's with `len`
-/// bytes of data that match its CRC32C (the checks of [`check`], on the mapping), and whether it
-/// was served as pinned (`Found::Pinned`) or checked (`Found::Served`).
-///
-/// With the chunk's `pin` (found before the file was opened), the CRC32C is not computed if, once
-/// the mapping is locked, the file is still the one pinned, unchanged, and the pin still holds
-/// ([`pinned_throughout`]): then the slot held these very pages locked, as it checked them, from
-/// before the file was opened until this process locked them too, so no page could be dropped and
-/// read again from the disk in between, and this process's lock keeps them while they are written
-/// out.
-fn map_checked(
-    file: &File,
-    identity: &[u8],
-    len: usize,
-    pin: Option<&(PinTable<'_>, Pin)>,
-) -> Option<(memmap2::Mmap, Found)> {
-    let data_offset = format::data_offset_for(identity.len());
-    let whole = data_offset.checked_add(len as u64)?;
-    // Never mapped past the end of the file: a page there would fault (SIGBUS) when read.
-    if file.metadata().ok()?.len() < whole {
-        return None;
-    }
-    // SAFETY: chunk files are written whole to a temp file and renamed into place; nothing writes
-    // to or truncates a published one (an eviction unlinks it, which the mapping outlives), so the
-    // mapped bytes do not change while the map lives. It is read only through `&[u8]`.
-    let map = unsafe { memmap2::MmapOptions::new().len(whole as usize).map(file) }.ok()?;
-    // Locked: the pages checked below stay the pages the caller writes out.
-    map.lock().ok()?;
-    let raw = format::decode_raw(&map[..data_offset as usize]).ok()?;
-    let data = &map[data_offset as usize..];
-    if raw.identity != identity || raw.data_offset != data_offset || raw.data_len != len as u64 {
-        return None;
-    }
-    if let Some((table, pin)) = pin {
-        if pinned_throughout(file, table, pin) {
-            return Some((map, Found::Pinned));
-        }
-    }
-    (memarts_protocol::crc32c(data) == raw.data_crc32c).then_some((map, Found::Served))
-}
-
 fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {
     let mut out: std::collections::BTreeMap<u32, Vec<Touch>> = Default::default();
     for (slot, t) in touches {
         out.entry(slot).or_default().push(t);
     }
     out.into_iter().collect()
-}
-
-/// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
-/// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
-/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `pin` (as
-/// found before the file was opened), the data's CRC32C is not computed if the pin held all
-/// through the read and the file read is the one pinned, unchanged ([`pinned_throughout`]).
-fn check(file: &File, identity: &[u8], dst: &mut Room, pin: Option<&(PinTable<'_>, Pin)>) -> Found {
-    let data_offset = format::data_offset_for(identity.len());
-    // The usual header fits one page: on the stack, not zeroed.
-    let mut page = [std::mem::MaybeUninit::<u8>::uninit(); format::ALIGN as usize];
-    let mut long: Vec<u8> = Vec::new();
-    let header: &mut Room = if data_offset <= format::ALIGN {
-        &mut page[..data_offset as usize]
-    } else {
-        long.reserve_exact(data_offset as usize);
-        &mut long.spare_capacity_mut()[..data_offset as usize]
-    };
-    let first = dst.len().min(PIECE);
-    let (head, rest) = dst.split_at_mut(first);
-    match preadv_exact(file.as_raw_fd(), header, head, 0) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
-        Err(_) => return Found::Absent,
-    }
-    // SAFETY: preadv_exact returned Ok, so every byte of `header` was written.
-    let header = unsafe { assume_filled(header) };
-    let raw = match format::decode_raw(header) {
-        Ok(raw) => raw,
-        Err(_) => return Found::Corrupt,
-    };
-    if raw.identity != identity
-        || raw.data_offset != data_offset
-        || raw.data_len != (first + rest.len()) as u64
-    {
-        return Found::Corrupt;
-    }
-    let mut crc = pin.is_none().then(memarts_protocol::Crc32c::default);
-    if let Some(crc) = crc.as_mut() {
-        // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
-        crc.update(unsafe { assume_filled(head) });
-    }
-    let mut at = data_offset + first as u64;
-    for piece in rest.chunks_mut(PIECE) {
-        match pread_exact(file, piece, at) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Found::Corrupt,
-            Err(_) => return Found::Absent,
-        }
-        if let Some(crc) = crc.as_mut() {
-            // SAFETY: pread_exact returned Ok, so every byte of `piece` was written.
-            crc.update(unsafe { assume_filled(piece) });
-        }
-        at += piece.len() as u64;
-    }
-    let sum = match (crc, pin) {
-        (Some(crc), _) => crc.finish(),
-        (None, Some((table, pin))) if pinned_throughout(file, table, pin) => return Found::Pinned,
-        // SAFETY: every piece of `dst` was read into above (each read returned Ok).
-        (None, _) => memarts_protocol::crc32c(unsafe { assume_filled(dst) }),
-    };
-    if sum != raw.data_crc32c {
-        return Found::Corrupt;
-    }
-    Found::Served
-}
-
-/// Whether the bytes just read from `file` came from pages its slot held locked and checked all
-/// through the read: the file is the one pinned, unchanged since (inode, size, mtime and ctime as
-/// noted: any write changes the last two), and the pin, found before the read, still holds (the
-/// slot withdraws an entry before it unlocks, and a dead slot's pins show as dead at once).
-fn pinned_throughout(file: &File, table: &PinTable<'_>, pin: &Pin) -> bool {
-    file.metadata().is_ok_and(|m| Stamp::of(&m) == pin.stamp) && table.held(pin)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ fn published(size: u64) -> Published {
 #[test]
 fn a_table_that_grew_is_read_at_once_by_a_reader_of_the_old_one() {
     let run = tempfile::tempdir().unwrap();
-    let facts = serde_json::json!({"cache_dir": run.path().join("cache"), "meta_ttl_secs": 60.0});
+    let facts = serde_json::json!({"slots": 1, "cache_dir": run.path().join("cache"), "meta_ttl_secs": 60.0});
     std::fs::write(fleet_file(run.path()), facts.to_string()).unwrap();
     let path = meta_table_path(run.path(), 0);
     let old = TableFile::create(&path, 16, 60_000).unwrap();

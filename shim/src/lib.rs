@@ -25,6 +25,7 @@
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
 mod answer;
+mod chunk_check;
 mod chunk_files;
 mod chunk_io;
 pub mod client;
@@ -34,12 +35,12 @@ pub mod direct;
 mod download;
 pub mod error;
 mod fill;
+mod fleet_file;
 pub mod local_file;
-#[cfg(feature = "embedded")]
-pub mod mode;
 mod per_process;
 pub mod prefetch;
 mod read;
+mod slot_tables;
 pub mod stream;
 mod touch;
 pub mod trust;
@@ -51,5 +52,6 @@ pub use config::ShimConfig;
 pub use download::download_streamed;
 pub use error::{Error, Result};
 pub use fill::{ReadBuf, Room, Sink, VecSink};
+pub use fleet_file::{FleetFile, FleetOrigin};
 pub use memarts_protocol::{AdmissionStatus, ListEntry, ListPage, ObjectMeta, PrefetchStatus, SlotStatus};
 pub use stream::Stream;

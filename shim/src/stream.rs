@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room};
 
 /// Anything that holds a [`Client`] and can be shared with the stream's workers: a `Client`, or a
-/// `mode::Session` (whose in-process engine then lives as long as the stream).
+/// `memarts_session::Session` (whose in-process engine then lives as long as the stream).
 pub type Source = Arc<dyn AsRef<Client> + Send + Sync>;
 
 impl AsRef<Client> for Client {
@@ -44,7 +44,7 @@ impl AsRef<Client> for Client {
     }
 }
 
-enum Slot {
+enum WindowChunk {
     /// Queued for a worker, or being fetched.
     Pending,
     Ready(Arc<Vec<u8>>),
@@ -53,7 +53,7 @@ enum Slot {
 
 #[derive(Default)]
 struct Window {
-    chunks: BTreeMap<u64, Slot>,
+    chunks: BTreeMap<u64, WindowChunk>,
     /// Chunks waiting for a worker, lowest first.
     queue: VecDeque<u64>,
     /// Buffers of chunks the reader has left behind, for the next fetches: a stream of any length
@@ -67,7 +67,7 @@ impl Window {
     fn leave_behind(&mut self, index: u64, keep: usize) {
         let behind: Vec<u64> = self.chunks.range(..index).map(|(i, _)| *i).collect();
         for i in behind {
-            if let Some(Slot::Ready(data)) = self.chunks.remove(&i) {
+            if let Some(WindowChunk::Ready(data)) = self.chunks.remove(&i) {
                 if self.free.len() < keep {
                     if let Ok(buf) = Arc::try_unwrap(data) {
                         self.free.push(buf);
@@ -384,7 +384,7 @@ impl Stream {
         let mut added = false;
         for i in (index + 1..chunks).take(self.ahead as usize) {
             if let std::collections::btree_map::Entry::Vacant(e) = w.chunks.entry(i) {
-                e.insert(Slot::Pending);
+                e.insert(WindowChunk::Pending);
                 w.queue.push_back(i);
                 added = true;
             }
@@ -420,23 +420,23 @@ impl Stream {
         let mut w = self.shared.lock();
         loop {
             match w.chunks.remove(&index) {
-                Some(Slot::Ready(data)) => {
-                    w.chunks.insert(index, Slot::Ready(data.clone()));
+                Some(WindowChunk::Ready(data)) => {
+                    w.chunks.insert(index, WindowChunk::Ready(data.clone()));
                     return Ok(data);
                 }
-                Some(Slot::Failed(e)) => return Err(e),
-                Some(Slot::Pending) if w.queue.contains(&index) => {
+                Some(WindowChunk::Failed(e)) => return Err(e),
+                Some(WindowChunk::Pending) if w.queue.contains(&index) => {
                     // Not started yet: fetch it here rather than wait behind the chunks ahead.
                     w.queue.retain(|&i| i != index);
-                    w.chunks.insert(index, Slot::Pending);
+                    w.chunks.insert(index, WindowChunk::Pending);
                     break;
                 }
-                Some(Slot::Pending) => {
-                    w.chunks.insert(index, Slot::Pending);
+                Some(WindowChunk::Pending) => {
+                    w.chunks.insert(index, WindowChunk::Pending);
                     w = self.shared.changed.wait(w).unwrap_or_else(|p| p.into_inner());
                 }
                 None => {
-                    w.chunks.insert(index, Slot::Pending);
+                    w.chunks.insert(index, WindowChunk::Pending);
                     break;
                 }
             }
@@ -446,7 +446,7 @@ impl Stream {
         let result = self.shared.timed(|| self.target.fetch(index, buf)).map(Arc::new);
         let mut w = self.shared.lock();
         match &result {
-            Ok(data) => w.chunks.insert(index, Slot::Ready(data.clone())),
+            Ok(data) => w.chunks.insert(index, WindowChunk::Ready(data.clone())),
             Err(_) => w.chunks.remove(&index),
         };
         result
@@ -487,7 +487,7 @@ fn work(target: &Target, shared: &Shared) {
                 return;
             }
             match w.queue.pop_front() {
-                Some(i) if matches!(w.chunks.get(&i), Some(Slot::Pending)) => break i,
+                Some(i) if matches!(w.chunks.get(&i), Some(WindowChunk::Pending)) => break i,
                 Some(_) => continue,
                 None => w = shared.changed.wait(w).unwrap_or_else(|p| p.into_inner()),
             }
@@ -497,10 +497,10 @@ fn work(target: &Target, shared: &Shared) {
         let result = shared.timed(|| target.fetch(index, buf));
         let mut w = shared.lock();
         // Only a chunk still wanted is kept (a seek may have dropped it meanwhile).
-        if let Some(slot @ Slot::Pending) = w.chunks.get_mut(&index) {
+        if let Some(slot @ WindowChunk::Pending) = w.chunks.get_mut(&index) {
             *slot = match result {
-                Ok(data) => Slot::Ready(Arc::new(data)),
-                Err(e) => Slot::Failed(e),
+                Ok(data) => WindowChunk::Ready(Arc::new(data)),
+                Err(e) => WindowChunk::Failed(e),
             };
         }
         drop(w);

@@ -23,7 +23,7 @@ mod docs {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let map = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
         let mut files = Vec::new();
-        for krate in ["protocol", "settings", "shim", "shim/python", "proxy", "ops"] {
+        for krate in ["protocol", "settings", "shim", "session", "shim/python", "proxy", "ops"] {
             sources(&root.join(krate).join("src"), &mut files);
         }
         let missing: Vec<String> = files
@@ -87,5 +87,59 @@ mod docs {
             }
         }
         assert!(broken.is_empty(), "broken links: {broken:#?}");
+    }
+
+    /// A worker that only talks to a fleet links the shim alone: the engine (`memarts-proxy`, with
+    /// tokio, the origin clients and the chunk store) comes only with `memarts-session`.
+    #[test]
+    fn the_shim_links_no_engine() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let out = std::process::Command::new(cargo)
+            .args(["tree", "--offline", "-p", "memarts-shim", "-e", "normal", "--prefix", "none"])
+            .current_dir(root)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "cargo tree: {}", String::from_utf8_lossy(&out.stderr));
+        let tree = String::from_utf8(out.stdout).unwrap();
+        assert!(tree.contains("memarts-protocol"), "not the shim's tree: {tree}");
+        assert!(!tree.contains("memarts-proxy"), "the shim links the engine: {tree}");
+        assert!(!tree.contains("tokio"), "the shim links an async runtime: {tree}");
+    }
+}
+
+/// `fleet.json` has one writer (`FleetConfig::write_fleet_file`) and one client-side reader
+/// (`memarts_shim::FleetFile`); this keeps the reader's fields in step with what the writer writes.
+#[cfg(test)]
+mod fleet_file {
+    use memarts_proxy::config::FleetConfig;
+    use memarts_shim::FleetFile;
+
+    #[test]
+    fn what_the_fleet_writes_its_clients_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = FleetConfig {
+            run_dir: dir.path().to_path_buf(),
+            slots: 6,
+            meta_ttl_secs: 42.0,
+            ..Default::default()
+        };
+        cfg.cache_dir = dir.path().join("cache");
+        cfg.origin.endpoint = Some("http://127.0.0.1:9".into());
+        cfg.origin.credentials_file = Some(dir.path().join("creds.json"));
+        cfg.write_fleet_file().unwrap();
+        let read = FleetFile::read(dir.path()).unwrap();
+        assert_eq!(
+            (read.slots, read.meta_ttl_secs, read.passthrough, read.in_cluster),
+            (6, 42.0, false, false)
+        );
+        assert_eq!(read.cache_dir, Some(cfg.cache_dir.clone()));
+        assert_eq!(read.origin.endpoint, cfg.origin.endpoint);
+        assert_eq!(read.origin.credentials_file, cfg.origin.credentials_file);
+        assert_eq!(FleetConfig::load(&cfg.fleet_file()).unwrap().slots, 6, "the slots read it back whole");
+        let mode = std::os::unix::fs::PermissionsExt::mode(
+            &std::fs::metadata(cfg.fleet_file()).unwrap().permissions(),
+        );
+        assert_eq!(mode & 0o777, 0o600, "a fleet serving only its own uid keeps fleet.json to itself");
     }
 }

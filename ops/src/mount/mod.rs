@@ -37,8 +37,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
+use memarts_session::{Mode, Session};
 use memarts_settings::Settings;
-use memarts_shim::mode::{Mode, Session};
 use memarts_shim::{fleet_running, Client};
 
 use crate::cli::{Common, MountArgs};

@@ -23,7 +23,7 @@ use super::Fleet;
 /// Chunks kept behind the one a sequential reader is in.
 const BEHIND: u64 = 2;
 
-enum Slot {
+enum WindowChunk {
     /// Being fetched (by a prefetch worker or another reader thread).
     Pending,
     Ready(Arc<Held>),
@@ -36,7 +36,7 @@ struct Held {
 }
 
 struct Window {
-    chunks: BTreeMap<u64, Slot>,
+    chunks: BTreeMap<u64, WindowChunk>,
     /// Where the last read ended: a read that starts there is sequential.
     last_end: u64,
     /// Chunks to read ahead (0 after a seek).
@@ -98,7 +98,7 @@ impl Reader {
                 w.last_end = w.last_end.max(end);
             } else {
                 w.ahead = 0;
-                w.chunks.retain(|&i, s| (first..=last).contains(&i) || matches!(s, Slot::Pending));
+                w.chunks.retain(|&i, s| (first..=last).contains(&i) || matches!(s, WindowChunk::Pending));
                 w.last_end = end;
             }
         }
@@ -114,7 +114,7 @@ impl Reader {
             let mut w = self.lock();
             // The next sequential read starts in chunk `last` at the earliest; a request that
             // arrived out of order may still want the chunk or two before it.
-            w.chunks.retain(|&i, s| i + BEHIND >= last || matches!(s, Slot::Pending));
+            w.chunks.retain(|&i, s| i + BEHIND >= last || matches!(s, WindowChunk::Pending));
             w.ahead
         };
         for index in (last + 1..self.chunks()).take(ahead as usize) {
@@ -133,7 +133,7 @@ impl Reader {
             return true;
         }
         let Some(lease) = self.fleet.budget.take(self.chunk_len(index) as u64) else { return false };
-        w.chunks.insert(index, Slot::Pending);
+        w.chunks.insert(index, WindowChunk::Pending);
         drop(w);
         prefetch.submit(self.clone(), index, lease);
         true
@@ -144,11 +144,11 @@ impl Reader {
         let mut w = self.lock();
         loop {
             match w.chunks.get(&index) {
-                Some(Slot::Ready(h)) => return Ok(h.clone()),
-                Some(Slot::Pending) => {
+                Some(WindowChunk::Ready(h)) => return Ok(h.clone()),
+                Some(WindowChunk::Pending) => {
                     w = self.changed.wait(w).unwrap_or_else(|p| p.into_inner());
                 }
-                Some(Slot::Failed(e)) => {
+                Some(WindowChunk::Failed(e)) => {
                     let e = *e;
                     w.chunks.remove(&index);
                     return Err(e);
@@ -158,7 +158,7 @@ impl Reader {
         }
         let lease = self.fleet.budget.take(self.chunk_len(index) as u64);
         if lease.is_some() {
-            w.chunks.insert(index, Slot::Pending);
+            w.chunks.insert(index, WindowChunk::Pending);
         }
         drop(w);
         let kept = lease.is_some();
@@ -189,8 +189,8 @@ impl Reader {
     fn finish(&self, index: u64, err: Option<Errno>, held: Option<Arc<Held>>) {
         let mut w = self.lock();
         match (err, held) {
-            (None, Some(h)) => w.chunks.insert(index, Slot::Ready(h)),
-            (Some(e), _) => w.chunks.insert(index, Slot::Failed(e)),
+            (None, Some(h)) => w.chunks.insert(index, WindowChunk::Ready(h)),
+            (Some(e), _) => w.chunks.insert(index, WindowChunk::Failed(e)),
             (None, None) => w.chunks.remove(&index),
         };
         drop(w);
@@ -212,6 +212,6 @@ impl Reader {
     /// The file was released: its chunks go now; queued prefetches are dropped when reached.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        self.lock().chunks.retain(|_, s| matches!(s, Slot::Pending));
+        self.lock().chunks.retain(|_, s| matches!(s, WindowChunk::Pending));
     }
 }

@@ -152,24 +152,24 @@ impl Readers<'_> {
     /// fleet), filled by its slot without the bytes coming back (`Fill`: a warmup has no use for
     /// them; measured, this halved the warmup's own CPU per object); read into `buf` from a slot
     /// of an older build, which does not know `Fill`.
-    fn head(&self, url: &str, buf: &mut Vec<u8>) -> Result<ObjectMeta, String> {
+    fn head(&self, url: &str, buf: &mut Vec<u8>) -> memarts_shim::Result<ObjectMeta> {
         if !self.read_heads.load(Ordering::Relaxed) {
             match self.client.fill_head(url) {
                 Err(e) if e.is_unknown_request() => self.read_heads.store(true, Ordering::Relaxed),
-                filled => return filled.map_err(|e| e.to_string()),
+                filled => return filled,
             }
         }
         let cs = self.client.config().chunk_size as usize;
         if buf.len() < cs {
             buf.resize(cs, 0);
         }
-        self.client.read_head(url, buf).map_err(|e| e.to_string())
+        self.client.read_head(url, buf)
     }
 
     /// Reads one object; returns its bytes. Its first read ([`Readers::head`]) brings its
     /// metadata and chunk 0; the rest follows into the reader's reused buffer in windows whose
     /// chunks are fetched in parallel, under a permit for an object larger than a window.
-    fn read(&self, job: &Job, buf: &mut Vec<u8>) -> Result<u64, String> {
+    fn read(&self, job: &Job, buf: &mut Vec<u8>) -> memarts_shim::Result<u64> {
         let cs = self.client.config().chunk_size as usize;
         let meta = self.head(&job.url, buf)?;
         let head = meta.size.min(cs as u64);
@@ -188,7 +188,7 @@ impl Readers<'_> {
                         offset += n as u64;
                         self.took(n as u64);
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e),
                 }
             }
             Ok(offset)

@@ -185,9 +185,9 @@ impl<'a> MetaTable<'a> {
     pub fn lookup(&self, key: u128) -> Option<Published> {
         for entry in self.places(key) {
             match read_entry(entry)? {
-                Slot::Never => return None,
-                Slot::Holds(k, published) if k == key => return Some(published),
-                Slot::Holds(..) => {}
+                EntryState::Never => return None,
+                EntryState::Holds(k, published) if k == key => return Some(published),
+                EntryState::Holds(..) => {}
             }
         }
         None
@@ -266,13 +266,13 @@ fn key_of(entry: &[AtomicU64]) -> u128 {
         | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
 }
 
-enum Slot {
+enum EntryState {
     Never,
     Holds(u128, Published),
 }
 
 /// A consistent copy of an entry; `None` when a writer kept changing it (the caller asks the proxy).
-fn read_entry(entry: &[AtomicU64]) -> Option<Slot> {
+fn read_entry(entry: &[AtomicU64]) -> Option<EntryState> {
     let copy = crate::seqlock::read(entry, |entry| {
         let key = u128::from(entry[KEY_LO].load(Ordering::Relaxed))
             | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64;
@@ -289,14 +289,14 @@ fn read_entry(entry: &[AtomicU64]) -> Option<Slot> {
         (key, etag, fields)
     })?;
     let (key, etag, (size, verified_ms, len, last_modified_ms)) = match copy {
-        crate::seqlock::Read::Never => return Some(Slot::Never),
+        crate::seqlock::Read::Never => return Some(EntryState::Never),
         crate::seqlock::Read::Holds(copy, _) => copy,
     };
     // A consistent copy; what it holds is checked as any input is.
     let Some(etag) = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok()) else {
-        return Some(Slot::Holds(0, Published::default()));
+        return Some(EntryState::Holds(0, Published::default()));
     };
-    Some(Slot::Holds(key, Published { size, etag: etag.to_string(), last_modified_ms, verified_ms }))
+    Some(EntryState::Holds(key, Published { size, etag: etag.to_string(), last_modified_ms, verified_ms }))
 }
 
 #[cfg(test)]

@@ -151,7 +151,7 @@ pub async fn client(
 pub async fn server(
     stream: &mut TcpStream,
     secret: &Secret,
-    welcome: impl FnOnce(&str) -> Result<PeerWelcome, String>,
+    welcome: impl FnOnce(&str) -> Result<PeerWelcome, HandshakeError>,
 ) -> Result<(snow::TransportState, String), HandshakeError> {
     let challenge = PeerChallenge { protocol_version: PEER_PROTOCOL_VERSION, nonce: nonce() };
     stream.write_all(&frame::encode_checked(&challenge, 0)?).await?;
@@ -175,7 +175,7 @@ pub async fn server(
         .map_err(|_| refused("the client did not prove it holds the cluster secret"))?;
     let PeerHello { node } =
         frame::decode_message(&message[..n]).map_err(|e| refused(format!("hello: {e}")))?;
-    let answer = welcome(&node).map_err(refused)?;
+    let answer = welcome(&node)?;
     let answer = postcard::to_stdvec(&answer).map_err(|e| refused(e.to_string()))?;
     let n = noise.write_message(&answer, &mut message).map_err(noise_error)?;
     let mut out = frame::encode_checked(&PeerResponse::Welcome, n)?;
@@ -201,10 +201,10 @@ mod tests {
         (client.unwrap(), accepted.unwrap().0)
     }
 
-    fn welcome(node: &str) -> Result<PeerWelcome, String> {
+    fn welcome(node: &str) -> Result<PeerWelcome, HandshakeError> {
         match node {
             "node-a" => Ok(PeerWelcome { node: "node-b".into(), slot: 1, slots: 4 }),
-            other => Err(format!("{other:?} is not a member of this cluster")),
+            other => Err(HandshakeError::Refused(format!("{other:?} is not a member of this cluster"))),
         }
     }
 

@@ -153,7 +153,7 @@ impl ClusterSettings {
             (false, false) => return Err(invalid("give either [[nodes]] or etcd, not both".into())),
             (true, true) => return Err(invalid("no members: give [[nodes]] (a static list) or etcd".into())),
             (false, true) => {
-                check_nodes(&file.nodes, slots).map_err(invalid)?;
+                check_nodes(&file.nodes, slots).map_err(|e| invalid(e.to_string()))?;
                 let Some(me) = file.nodes.iter().find(|m| m.id == self.node) else {
                     let ids: Vec<&str> = file.nodes.iter().map(|m| m.id.as_str()).collect();
                     return Err(invalid(format!(
@@ -182,7 +182,7 @@ impl ClusterSettings {
                     ));
                 };
                 let me = Member { id: self.node.clone(), address, weight: 1.0 };
-                check_nodes(std::slice::from_ref(&me), slots).map_err(invalid)?;
+                check_nodes(std::slice::from_ref(&me), slots).map_err(|e| invalid(e.to_string()))?;
                 let membership = Membership::Etcd {
                     endpoints: file.etcd.clone(),
                     name,
@@ -217,38 +217,62 @@ fn resolve_path(cluster_file: &Path, secret: &Path) -> PathBuf {
     }
 }
 
+/// What is wrong with a cluster file's node list.
+#[derive(Debug, thiserror::Error)]
+pub enum BadNode {
+    #[error("node id {0:?} must be 1 to 255 bytes")]
+    IdLength(String),
+    #[error("node id {0:?} appears twice")]
+    IdTwice(String),
+    #[error("address {0} appears twice (nodes must not share a peer address)")]
+    AddressTwice(String),
+    #[error("node {node:?}: address {why}")]
+    Address { node: String, why: BadAddress },
+    #[error("node {node:?}: weight must be a positive number, got {weight}")]
+    Weight { node: String, weight: f64 },
+}
+
+/// A peer address that is not `HOST:PORT` with a port for every slot (`port + slot`).
+#[derive(Debug, thiserror::Error)]
+pub enum BadAddress {
+    #[error("{0:?} is not HOST:PORT")]
+    NotHostPort(String),
+    #[error("{address:?}: port {port} leaves no room for {slots} slots (port + slot)")]
+    NoRoom { address: String, port: u16, slots: u32 },
+}
+
 /// Unique ids and addresses, `host:port` addresses with room for every slot's port, weights > 0.
-fn check_nodes(nodes: &[Member], slots: u32) -> Result<(), String> {
+fn check_nodes(nodes: &[Member], slots: u32) -> Result<(), BadNode> {
     let mut ids = std::collections::BTreeSet::new();
     let mut addresses = std::collections::BTreeSet::new();
     for m in nodes {
         if m.id.is_empty() || m.id.len() > 255 {
-            return Err(format!("node id {:?} must be 1 to 255 bytes", m.id));
+            return Err(BadNode::IdLength(m.id.clone()));
         }
         if !ids.insert(m.id.as_str()) {
-            return Err(format!("node id {:?} appears twice", m.id));
+            return Err(BadNode::IdTwice(m.id.clone()));
         }
         if !addresses.insert(m.address.as_str()) {
-            return Err(format!("address {} appears twice (nodes must not share a peer address)", m.address));
+            return Err(BadNode::AddressTwice(m.address.clone()));
         }
-        check_address(&m.address, slots).map_err(|why| format!("node {:?}: address {why}", m.id))?;
+        check_address(&m.address, slots).map_err(|why| BadNode::Address { node: m.id.clone(), why })?;
         if !(m.weight.is_finite() && m.weight > 0.0) {
-            return Err(format!("node {:?}: weight must be a positive number, got {}", m.id, m.weight));
+            return Err(BadNode::Weight { node: m.id.clone(), weight: m.weight });
         }
     }
     Ok(())
 }
 
 /// `HOST:PORT` with room for every slot's port (`port + slot`).
-fn check_address(address: &str, slots: u32) -> Result<(), String> {
+pub fn check_address(address: &str, slots: u32) -> Result<u16, BadAddress> {
     let port = address.rsplit_once(':').and_then(|(host, port)| (!host.is_empty()).then_some(port));
     let Some(port) = port.and_then(|p| p.parse::<u16>().ok()).filter(|p| *p > 0) else {
-        return Err(format!("{address:?} is not HOST:PORT"));
+        return Err(BadAddress::NotHostPort(address.to_string()));
     };
     if u32::from(port) + slots.max(1) - 1 > u32::from(u16::MAX) {
-        return Err(format!("{address:?}: port {port} leaves no room for {slots} slots (port + slot)"));
+        return Err(BadAddress::NoRoom { address: address.to_string(), port, slots });
     }
-    Ok(())
+    Ok(port)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use memarts_protocol::{
 use tokio::net::TcpStream;
 
 use super::auth::Secret;
+use super::config::{check_address, BadAddress};
 use super::members::Member;
 use super::sealed::{Sealed, SealedError};
 use crate::engine::Fetched;
@@ -83,7 +84,9 @@ impl PeerClient {
         let (response, payload) =
             self.call(member, slot, &PeerRequest::ReadChunk(req.clone()), expected).await?;
         match response {
-            PeerResponse::Chunk(reply) => check(&reply, payload, expected).map_err(unreachable),
+            PeerResponse::Chunk(reply) => {
+                check(&reply, payload, expected).map_err(|e| unreachable(e.to_string()))
+            }
             PeerResponse::Error(e) => Err(answer_or_unreachable(member, e)),
             other => Err(unreachable(format!("unexpected answer to ReadChunk: {other:?}"))),
         }
@@ -102,7 +105,7 @@ impl PeerClient {
                 let chunk = match chunk {
                     Some(reply) => {
                         let expected = meta.size.min(req.chunk_size);
-                        Some(check(&reply, payload, expected).map_err(unreachable)?)
+                        Some(check(&reply, payload, expected).map_err(|e| unreachable(e.to_string()))?)
                     }
                     None => None,
                 };
@@ -217,7 +220,7 @@ impl PeerClient {
     /// of its own (tests send what they like on it).
     pub async fn connect(&self, member: &Member, slot: u32) -> Result<Sealed, PeerError> {
         let unreachable = |why: String| PeerError::Unreachable { node: member.id.clone(), why };
-        let address = slot_address(&member.address, slot).map_err(&unreachable)?;
+        let address = slot_address(&member.address, slot).map_err(|e| unreachable(e.to_string()))?;
         let handshake = async {
             let stream = TcpStream::connect(&address).await.map_err(|e| format!("connect {address}: {e}"))?;
             stream.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -293,31 +296,30 @@ impl PeerClient {
 }
 
 /// `host:port` of slot `slot`: the node's port plus the slot number.
-pub fn slot_address(address: &str, slot: u32) -> Result<String, String> {
-    let (host, port) =
-        address.rsplit_once(':').ok_or_else(|| format!("address {address:?} is not HOST:PORT"))?;
-    let port: u16 = port.parse().map_err(|_| format!("address {address:?} has no port"))?;
-    let port =
-        u16::try_from(u32::from(port) + slot).map_err(|_| format!("no port for slot {slot} of {address}"))?;
-    Ok(format!("{host}:{port}"))
+pub fn slot_address(address: &str, slot: u32) -> Result<String, BadAddress> {
+    let port = check_address(address, slot + 1)?;
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    Ok(format!("{host}:{}", u32::from(port) + slot))
+}
+
+/// A chunk a peer sent that is not what was asked for.
+#[derive(Debug, thiserror::Error)]
+enum BadChunk {
+    #[error("sent {sent} bytes ({body:?}) where {expected} were asked for")]
+    Length { sent: usize, body: ChunkBody, expected: u64 },
+    #[error("sent bytes whose CRC32C {computed:08x} is not the announced {announced:08x}")]
+    Crc { computed: u32, announced: u32 },
 }
 
 /// The chunk a peer sent, if it is exactly what was asked for: an inline body of `expected` bytes
 /// whose CRC32C, computed here, is the one the peer announced.
-fn check(reply: &ChunkReply, payload: Vec<u8>, expected: u64) -> Result<Fetched, String> {
+fn check(reply: &ChunkReply, payload: Vec<u8>, expected: u64) -> Result<Fetched, BadChunk> {
     if reply.body != ChunkBody::Inline || reply.len != payload.len() as u64 || reply.len != expected {
-        return Err(format!(
-            "sent {} bytes ({:?}) where {expected} were asked for",
-            payload.len(),
-            reply.body
-        ));
+        return Err(BadChunk::Length { sent: payload.len(), body: reply.body.clone(), expected });
     }
     let crc32c = memarts_protocol::crc32c(&payload);
     if crc32c != reply.crc32c {
-        return Err(format!(
-            "sent bytes whose CRC32C {crc32c:08x} is not the announced {:08x}",
-            reply.crc32c
-        ));
+        return Err(BadChunk::Crc { computed: crc32c, announced: reply.crc32c });
     }
     Ok(Fetched { data: Bytes::from(payload), crc32c })
 }
@@ -360,10 +362,13 @@ mod tests {
             from_cache: true,
         };
         assert_eq!(check(&reply, data.clone(), 12).unwrap().data, Bytes::from(data.clone()));
-        assert!(check(&reply, data.clone(), 13).is_err(), "not the range asked for");
+        assert!(
+            matches!(check(&reply, data.clone(), 13), Err(BadChunk::Length { .. })),
+            "not the range asked for"
+        );
         let mut flipped = data.clone();
         flipped[0] ^= 1;
-        assert!(check(&reply, flipped, 12).unwrap_err().contains("CRC32C"));
+        assert!(matches!(check(&reply, flipped, 12), Err(BadChunk::Crc { .. })));
         let fd = ChunkReply { body: ChunkBody::Fd { offset: 0 }, ..reply };
         assert!(check(&fd, data, 12).is_err());
     }

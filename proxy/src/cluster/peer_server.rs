@@ -21,6 +21,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::auth::HandshakeError;
 use super::sealed::{Sealed, SealedError};
 use super::Cluster;
 use crate::engine::{Engine, Fetched};
@@ -107,18 +108,18 @@ async fn connection(
     members: &Arc<Semaphore>,
     drain: &CancellationToken,
     proved: impl FnOnce(),
-) -> Result<(), String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+) -> Result<(), Ended> {
+    stream.set_nodelay(true)?;
     let welcome = |node: &str| {
         if node == cluster.plan.me.id || cluster.roster().member(node).is_none() {
-            return Err(format!("{node:?} is not a member of this cluster"));
+            return Err(HandshakeError::Refused(format!("{node:?} is not a member of this cluster")));
         }
         Ok(PeerWelcome { node: cluster.plan.me.id.clone(), slot: cluster.slot, slots: cluster.slots })
     };
     let shaken = tokio::select! {
         _ = drain.cancelled() => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-            return Err("dropped in its handshake to make room".into());
+            return Err(Ended::Dropped);
         }
         r = tokio::time::timeout(HANDSHAKE_TIMEOUT, super::auth::server(&mut stream, &cluster.plan.secret, welcome)) => r,
     };
@@ -126,18 +127,17 @@ async fn connection(
         Ok(Ok(shaken)) => shaken,
         Ok(Err(why)) => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
-            let why = why.to_string();
             tracing::warn!("peer refused: {why}");
-            let refused = PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, why.clone()));
+            let refused = PeerResponse::Refused(WireError::new(ErrorCode::PermissionDenied, why.to_string()));
             if let Ok(bytes) = frame::encode_checked(&refused, 0) {
                 let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&bytes)).await;
             }
-            return Err(why);
+            return Err(Ended::Refused(why));
         }
         Err(_) => {
             cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
             tracing::warn!("peer refused: no proof within {HANDSHAKE_TIMEOUT:?}");
-            return Err("handshake timed out".into());
+            return Err(Ended::HandshakeTimeout);
         }
     };
     proved();
@@ -146,7 +146,7 @@ async fn connection(
         cluster.stats.refused_connections.fetch_add(1, Ordering::Relaxed);
         let busy = WireError::new(ErrorCode::Unavailable, "too many peer connections to this slot");
         let _ = send(&mut sealed, &PeerResponse::Error(busy), &[]).await;
-        return Err(format!("{peer}: too many member connections"));
+        return Err(Ended::Busy { peer });
     };
     let replies = engine.peer_reply_budget();
     loop {
@@ -159,20 +159,18 @@ async fn connection(
             Ok(Err(SealedError::Closed)) => return Ok(()),
             Ok(Err(SealedError::Forged)) => {
                 cluster.stats.forged_frames.fetch_add(1, Ordering::Relaxed);
-                return Err(format!("{peer}: {}", SealedError::Forged));
+                return Err(Ended::Bad { peer, why: SealedError::Forged });
             }
             Ok(Err(e)) => {
                 let bad = PeerResponse::Error(WireError::new(ErrorCode::BadRequest, e.to_string()));
                 let _ = send(&mut sealed, &bad, &[]).await;
-                return Err(format!("{peer}: {e}"));
+                return Err(Ended::Bad { peer, why: e });
             }
-            Ok(Ok((_, payload))) if !payload.is_empty() => {
-                return Err(format!("{peer}: a request with a payload"))
-            }
+            Ok(Ok((_, payload))) if !payload.is_empty() => return Err(Ended::Payload { peer }),
             Ok(Ok((request, _))) => request,
         };
         match request {
-            PeerRequest::Hello { .. } => return Err(format!("{peer}: Hello twice")),
+            PeerRequest::Hello { .. } => return Err(Ended::HelloTwice { peer }),
             PeerRequest::ReadChunk(req) => {
                 // The reply's bytes, in the budget from before they are read until they are sent.
                 let _held = replies.hold(req.range().map_or(0, |r| r.end - r.start)).await;
@@ -180,7 +178,7 @@ async fn connection(
                     Ok(f) => {
                         count_served(cluster, &f);
                         // Sealed, then let go of: what waits for a slow reader is one copy.
-                        sealed.seal(&PeerResponse::Chunk(inline(&f)), &f.data).map_err(|e| e.to_string())?;
+                        sealed.seal(&PeerResponse::Chunk(inline(&f)), &f.data).map_err(Ended::Send)?;
                         drop(f);
                         flush(&mut sealed).await?
                     }
@@ -201,7 +199,7 @@ async fn connection(
                             chunk: chunk.map(inline),
                         };
                         let payload = chunk.map_or(&[][..], |f| &f.data);
-                        sealed.seal(&reply, payload).map_err(|e| e.to_string())?;
+                        sealed.seal(&reply, payload).map_err(Ended::Send)?;
                         drop(first.chunk);
                         flush(&mut sealed).await?
                     }
@@ -236,15 +234,40 @@ fn inline(f: &Fetched) -> ChunkReply {
     ChunkReply { len: f.data.len() as u64, crc32c: f.crc32c, body: ChunkBody::Inline, from_cache: true }
 }
 
-async fn send<T: serde::Serialize>(sealed: &mut Sealed, message: &T, payload: &[u8]) -> Result<(), String> {
-    sealed.seal(message, payload).map_err(|e| e.to_string())?;
+async fn send<T: serde::Serialize>(sealed: &mut Sealed, message: &T, payload: &[u8]) -> Result<(), Ended> {
+    sealed.seal(message, payload).map_err(Ended::Send)?;
     flush(sealed).await
 }
 
 /// Sends the sealed reply, within [`IO_TIMEOUT`].
-async fn flush(sealed: &mut Sealed) -> Result<(), String> {
+async fn flush(sealed: &mut Sealed) -> Result<(), Ended> {
     match tokio::time::timeout(IO_TIMEOUT, sealed.flush()).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(_) => Err("sending a reply timed out".into()),
+        Ok(r) => r.map_err(Ended::Send),
+        Err(_) => Err(Ended::SendTimeout),
     }
+}
+
+/// Why a peer connection ended before its member left (logged, at debug level).
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("refused: {0}")]
+    Refused(HandshakeError),
+    #[error("dropped in its handshake to make room")]
+    Dropped,
+    #[error("handshake timed out")]
+    HandshakeTimeout,
+    #[error("{peer}: too many member connections")]
+    Busy { peer: String },
+    #[error("{peer}: {why}")]
+    Bad { peer: String, why: SealedError },
+    #[error("{peer}: a request with a payload")]
+    Payload { peer: String },
+    #[error("{peer}: Hello twice")]
+    HelloTwice { peer: String },
+    #[error("sending a reply: {0}")]
+    Send(SealedError),
+    #[error("sending a reply timed out")]
+    SendTimeout,
 }

@@ -1,6 +1,6 @@
 //! Direct hits: a shim of the fleet's uid reads a warm object straight from its chunk files, with no
 //! round trip to a proxy. The slot's part is to publish what the shim needs to name those files (its
-//! metadata, in the table `meta.rs` writes: see `memarts_protocol::meta_table`) and to hear, in
+//! metadata, in the table `meta_cache.rs` writes: see `memarts_protocol::meta_table`) and to hear, in
 //! batches, which chunks were read that way (`Request::Touched`), so that its counters and its
 //! eviction see those reads as the hits they were: what is read stays, what is not goes.
 

@@ -8,10 +8,10 @@ use dashmap::DashMap;
 use memarts_protocol::{ErrorCode, WireError};
 use tokio::sync::watch;
 
-type Slot<V> = watch::Receiver<Option<V>>;
+type Flight<V> = watch::Receiver<Option<V>>;
 
 pub struct Flights<V> {
-    inflight: DashMap<u128, Slot<V>>,
+    inflight: DashMap<u128, Flight<V>>,
 }
 
 impl<V: Clone + Send + Sync + 'static> Default for Flights<V> {

@@ -1,5 +1,5 @@
 //! The slot's metadata table for direct hits (`memarts_protocol::meta_table`), kept in step with the
-//! metadata cache (`meta.rs`, whose lock serializes every write here: the table has one writer).
+//! metadata cache (`meta_cache.rs`, whose lock serializes every write here: the table has one writer).
 //!
 //! The table grows with what it holds: it starts small, and once half full (or once an entry had
 //! to displace another) it is made again at twice the size from the cache's fresh entries, and

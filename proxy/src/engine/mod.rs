@@ -21,7 +21,7 @@
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, admission),
 //!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
-//!   slot's reuse distance, to tell a chunk no longer read), `meta.rs` (metadata cache),
+//!   slot's reuse distance, to tell a chunk no longer read), `meta_cache.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
 
 mod admission;
@@ -43,7 +43,7 @@ mod herd_tests;
 mod index;
 mod list_policy;
 mod listings;
-mod meta;
+mod meta_cache;
 mod meta_publisher;
 mod metadata;
 mod metrics;
@@ -77,7 +77,7 @@ use crate::metrics::LatencyHistogram;
 use crate::origin::Origin;
 pub use flight::Flights;
 pub use index::ChunkIndex;
-pub use meta::MetaCache;
+pub use meta_cache::MetaCache;
 pub use open_chunks::OpenChunks;
 pub use prefetch::Prefetcher;
 pub use uploads::Upload;

@@ -14,6 +14,7 @@ mod list;
 mod local_list;
 pub mod retry;
 mod stats;
+mod upload;
 
 #[cfg(test)]
 mod fault_tests;
@@ -42,6 +43,7 @@ pub use credentials::FileCredentialProvider;
 pub use error::OriginError;
 use retry::{Label, RetryPolicy};
 pub use stats::{Op, OriginStats};
+pub use upload::Upload;
 
 use crate::config::OriginConfig;
 
@@ -368,7 +370,7 @@ impl Origin {
         let upload = self
             .request(Op::Put, async { store.put_multipart(&path).await.map_err(OriginError::from_store) });
         let upload = upload.await?;
-        Ok(Upload { writer: WriteMultipart::new_with_chunk_size(upload, part_size), written: 0, store, path })
+        Ok(Upload::new(WriteMultipart::new_with_chunk_size(upload, part_size), store, path))
     }
 
     /// An object_store error as ours, counting throttling answers.
@@ -399,49 +401,6 @@ impl Origin {
     }
 }
 
-/// An upload in progress: bytes are buffered into parts and sent in the background, a bounded
-/// number at a time. Dropping it without [`Upload::finish`] abandons it (nothing becomes visible).
-pub struct Upload {
-    writer: WriteMultipart,
-    written: u64,
-    store: Arc<dyn ObjectStore>,
-    path: Path,
-}
-
-impl Upload {
-    /// Parts sent at once per upload; a writer waits for room before buffering more.
-    const PARTS_IN_FLIGHT: usize = 4;
-
-    pub async fn write(&mut self, bytes: &[u8]) -> Result<(), OriginError> {
-        self.writer.wait_for_capacity(Self::PARTS_IN_FLIGHT).await.map_err(OriginError::from_store)?;
-        self.writer.write(bytes);
-        self.written += bytes.len() as u64;
-        Ok(())
-    }
-
-    pub fn written(&self) -> u64 {
-        self.written
-    }
-
-    /// Completes the upload; the new version becomes visible. Returns its ETag and version.
-    pub async fn finish(self) -> Result<(Option<String>, Option<String>), OriginError> {
-        if self.written == 0 {
-            // A multipart upload needs at least one part: an empty object is a plain PUT.
-            let _ = self.writer.abort().await;
-            let put =
-                self.store.put(&self.path, Vec::<u8>::new().into()).await.map_err(OriginError::from_store)?;
-            return Ok((put.e_tag, put.version));
-        }
-        let put = self.writer.finish().await.map_err(OriginError::from_store)?;
-        Ok((put.e_tag, put.version))
-    }
-
-    /// Abandons the upload (its parts are deleted).
-    pub async fn abort(self) {
-        let _ = self.writer.abort().await;
-    }
-}
-
 /// Whether `s` can be a bucket name: what S3 (legacy names included), OBS and OSS allow, and
 /// nothing that means something in a URL (`..` as a bucket would name the next path segment).
 fn is_bucket_name(s: &str) -> bool {
@@ -467,53 +426,5 @@ fn to_meta(m: &object_store::ObjectMeta) -> ObjectMeta {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// An S3 endpoint nothing listens on: these tests never get as far as sending a request.
-    fn unreachable_s3() -> OriginConfig {
-        OriginConfig {
-            endpoint: Some("http://127.0.0.1:9".into()),
-            allow_http: true,
-            max_attempts: 1,
-            ..OriginConfig::default()
-        }
-    }
-
-    /// Found by the reliability campaign's fuzzer: a chunk request whose ETag held a control
-    /// character made object_store panic while signing the GET, killing the task serving the read.
-    #[tokio::test]
-    async fn an_etag_no_header_can_carry_is_a_bad_request_not_a_panic() {
-        let origin = Origin::new(unreachable_s3(), Some(("id".into(), "secret".into(), None)));
-        let url = ObjectUrl::parse("s3://b/k").unwrap();
-        for etag in ["\"abc\n\"", "\"a\u{1}\"", "\"\u{7f}\""] {
-            let err = origin.get_range(&url, 0..10, etag).await.unwrap_err();
-            assert!(matches!(err, OriginError::BadRequest(_)), "{etag:?}: {err}");
-        }
-    }
-
-    /// Found by the reliability campaign's fuzzer: a bucket name with a space or a control character
-    /// made object_store panic building the request (and `#`, `?` or `..` named another bucket).
-    #[tokio::test]
-    async fn a_bucket_name_a_url_cannot_carry_is_a_bad_request_not_a_panic() {
-        let origin = Origin::new(unreachable_s3(), Some(("id".into(), "secret".into(), None)));
-        for bucket in ["a b", "a\u{1}b", "a#b", "a?b", "a/b%", "ünï", "..", ".", "-a", "a."] {
-            let url = ObjectUrl { kind: OriginKind::S3, bucket: bucket.into(), key: "k".into() };
-            let err = origin.head(&url).await.unwrap_err();
-            assert!(matches!(err, OriginError::BadRequest(_)), "{bucket:?}: {err}");
-        }
-    }
-
-    /// Found by the reliability campaign's fuzzer: every new bucket name a client sent kept an S3
-    /// client (about 100 KiB and an idle connection) for the life of the proxy.
-    #[test]
-    fn bucket_clients_are_bounded_whatever_buckets_clients_name() {
-        let origin = Origin::new(unreachable_s3(), None).with_bucket_capacity(4);
-        for i in 0..12 {
-            origin.store_for(&ObjectUrl::parse(&format!("s3://bucket-{i}/k")).unwrap()).unwrap();
-        }
-        assert_eq!(origin.bucket_clients(), 4);
-        // The most recently used are kept.
-        assert!(origin.buckets.lock().unwrap().contains("bucket-11"));
-    }
-}
+#[path = "origin_tests.rs"]
+mod tests;

@@ -11,14 +11,15 @@ use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use memarts_session::Session;
 use memarts_settings::Settings;
-use memarts_shim::mode::Session;
 use memarts_shim::{Error, Room, ShimConfig, Sink};
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::PyBytes;
 
+mod settings;
 mod stream;
 
 /// Maps a shim error to the class of the same name in `memarts.errors`.
@@ -94,7 +95,7 @@ impl Sink for BytesSink {
     }
 }
 
-/// A client of memarts in one of three modes (`memarts_shim::mode`). Safe to share between
+/// A client of memarts in one of three modes (`memarts_session`). Safe to share between
 /// threads; after a `fork`, proxy-mode clients reconnect by themselves, other modes need a new client
 /// (the engine's thread does not survive the fork; `memarts.file` makes one per process).
 #[pyclass(module = "memarts._memarts", frozen)]
@@ -420,41 +421,12 @@ impl Client {
     }
 }
 
-/// Whether a fleet answers in `run_dir` (default: the standard run dir).
-#[pyfunction]
-#[pyo3(signature = (run_dir=None))]
-fn fleet_running(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<bool> {
-    let dir = match run_dir {
-        Some(d) => d,
-        None => ShimConfig::from_env().map_err(|e| to_py(py, e))?.run_dir,
-    };
-    Ok(py.detach(|| memarts_shim::fleet_running(&dir)))
-}
-
-/// The settings the `memarts.file` layer uses, parsed from the environment by the one settings
-/// table (`memarts_settings`); a malformed variable raises `ConfigError` naming it.
-#[pyfunction]
-fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
-    let s = Settings::from_env().map_err(|e| to_py(py, e.into()))?;
-    let d = PyDict::new(py);
-    d.set_item("parallel", s.parallel)?;
-    d.set_item("large_file_acc", s.large_file_acc)?;
-    d.set_item("partial_maximum_size", s.partial_maximum_size)?;
-    d.set_item("large_file_task_num", s.large_file_task_num)?;
-    d.set_item("auto_read_meta_free", s.auto_read_meta_free)?;
-    d.set_item("use_metadata_cache", s.use_metadata_cache)?;
-    d.set_item("mounts", s.mounts)?;
-    d.set_item("fsspec_route", s.fsspec_route)?;
-    d.set_item("chunk_size", s.chunk_size)?;
-    d.set_item("cache_dir", s.cache_dir.unwrap_or(s.default_cache_dir))?;
-    Ok(d)
-}
-
 #[pymodule]
 fn _memarts(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<stream::Stream>()?;
-    m.add_function(wrap_pyfunction!(fleet_running, m)?)?;
-    m.add_function(wrap_pyfunction!(settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::fleet_running, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::fleet_file, m)?)?;
     Ok(())
 }

@@ -6,7 +6,7 @@
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
-use memarts_shim::mode::Session;
+use memarts_session::Session;
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;

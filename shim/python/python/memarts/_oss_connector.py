@@ -3,7 +3,6 @@ checkpoint (:class:`Connector`): the process's origin (one per process, see :mod
 the ``memarts`` logger's file and level, and the audit log."""
 
 import io
-import json
 import logging
 import os
 import threading
@@ -14,7 +13,9 @@ from . import torch as _mt
 from ._audit import AuditLog, NoAudit
 from ._oss_config import OssConfig, OssConfigError, load_config, load_valid_credentials
 from .auth import _endpoint, _proxy_mode
+from . import _memarts
 from .errors import BadRequestError, ConfigError
+from .errors import Error as MemartsError
 
 _log = logging.getLogger("memarts")
 
@@ -25,29 +26,21 @@ _origin = {}  # what this process's datasets asked for: {"endpoint": ..., "cred_
 
 
 def _timeout():
-    try:
-        return float(os.environ.get("MEMARTS_TIMEOUT") or 30)
-    except ValueError:
-        return 30.0
+    """``MEMARTS_TIMEOUT``, parsed by the one settings table (a malformed value is a ConfigError)."""
+    return _memarts.settings()["timeout"]
 
 
 def _run_dir():
-    """The run dir the client looks in (memarts_settings' rule)."""
-    if os.environ.get("MEMARTS_RUN_DIR"):
-        return os.environ["MEMARTS_RUN_DIR"]
-    if os.environ.get("XDG_RUNTIME_DIR"):
-        return os.path.join(os.environ["XDG_RUNTIME_DIR"], "memarts")
-    return f"/tmp/memarts-{os.getuid()}"
+    """The run dir the client looks in (``MEMARTS_RUN_DIR``, else the default), as the client resolves it."""
+    return str(_memarts.settings()["run_dir"])
 
 
 def _check_fleet(endpoint, cred_path):
     """Proxy mode: the fleet reaches the origin; it must be the one asked for."""
-    path = os.path.join(_run_dir(), "fleet.json")
     try:
-        with open(path, "rb") as f:
-            origin = json.load(f).get("origin") or {}
-    except (OSError, ValueError, AttributeError) as e:
-        warnings.warn(f"OSS connector: cannot read {path} to check the fleet's endpoint and credentials "
+        origin = _memarts.fleet_file()
+    except MemartsError as e:
+        warnings.warn(f"OSS connector: cannot read the fleet's fleet.json to check its endpoint and credentials "
                       f"file ({e}); reading with whatever the fleet was started with", RuntimeWarning, stacklevel=4)
         return
     theirs = origin.get("endpoint")

@@ -76,7 +76,7 @@ def _proxy_mode(file_module):
         return client.mode == "proxy"
     from . import _memarts
 
-    return os.environ.get("USE_MEMARTS_PROXY") == "1" or _memarts.fleet_running()
+    return _memarts.settings()["use_memarts_proxy"] or _memarts.fleet_running()
 
 
 def _warn_once():

@@ -1,6 +1,6 @@
 //! How a client reaches memarts, resolved as MoXing does, for the Python package and the `memarts`
-//! CLI alike (feature `embedded`, which brings the in-process engine; a worker that only ever talks
-//! to a fleet links the shim without it):
+//! CLI alike. It lives apart from the shim so that a worker that only ever talks to a fleet links
+//! the shim without the engine (`cargo tree -p memarts-shim` has no `memarts-proxy`):
 //!
 //! - **proxy**: a fleet answers in the run dir, or `USE_MEMARTS_PROXY=1`: talk to its slots. A fleet
 //!   the client does not trust is an error (`Untrusted`), never a reason to go on without it.
@@ -15,9 +15,9 @@ use memarts_proxy::config::FleetConfig;
 use memarts_proxy::embedded::Embedded;
 use memarts_settings::Settings;
 
-use crate::client::{fleet_running, Client};
-use crate::config::ShimConfig;
-use crate::error::{Error, Result};
+use memarts_shim::config::ShimConfig;
+use memarts_shim::error::{Error, Result};
+use memarts_shim::{fleet_running, Client};
 
 /// How a [`Session`] reaches its engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
