@@ -40,6 +40,7 @@ pub mod local_file;
 mod per_process;
 pub mod prefetch;
 mod read;
+mod readahead;
 mod slot_tables;
 pub mod stream;
 mod touch;

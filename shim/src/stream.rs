@@ -22,10 +22,8 @@
 //! After a `fork` the child has none of the parent's workers: its first read starts a fresh window
 //! with workers of its own.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use memarts_protocol::ObjectMeta;
 
@@ -33,6 +31,7 @@ use crate::client::Client;
 use crate::direct::PinnedChunk;
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room};
+use crate::readahead::{new_shared, work, Shared, Target, WindowChunk};
 
 /// Anything that holds a [`Client`] and can be shared with the stream's workers: a `Client`, or a
 /// `memarts_session::Session` (whose in-process engine then lives as long as the stream).
@@ -41,115 +40,6 @@ pub type Source = Arc<dyn AsRef<Client> + Send + Sync>;
 impl AsRef<Client> for Client {
     fn as_ref(&self) -> &Client {
         self
-    }
-}
-
-enum WindowChunk {
-    /// Queued for a worker, or being fetched.
-    Pending,
-    Ready(Arc<Vec<u8>>),
-    Failed(Error),
-}
-
-#[derive(Default)]
-struct Window {
-    chunks: BTreeMap<u64, WindowChunk>,
-    /// Chunks waiting for a worker, lowest first.
-    queue: VecDeque<u64>,
-    /// Buffers of chunks the reader has left behind, for the next fetches: a stream of any length
-    /// touches a window's worth of fresh memory once (each new buffer costs a page fault per page,
-    /// as much as copying it), not the whole object.
-    free: Vec<Vec<u8>>,
-}
-
-impl Window {
-    /// Drops the chunks behind `index`, keeping their buffers for later fetches (at most `keep`).
-    fn leave_behind(&mut self, index: u64, keep: usize) {
-        let behind: Vec<u64> = self.chunks.range(..index).map(|(i, _)| *i).collect();
-        for i in behind {
-            if let Some(WindowChunk::Ready(data)) = self.chunks.remove(&i) {
-                if self.free.len() < keep {
-                    if let Ok(buf) = Arc::try_unwrap(data) {
-                        self.free.push(buf);
-                    }
-                }
-            }
-        }
-    }
-
-    fn take_buffer(&mut self) -> Vec<u8> {
-        self.free.pop().unwrap_or_default()
-    }
-}
-
-/// The state the reader shares with its workers.
-struct Shared {
-    window: Mutex<Window>,
-    changed: Condvar,
-    closed: AtomicBool,
-    /// How long a chunk takes to fetch, µs (a moving average; 0 until one was fetched).
-    fetch_us: AtomicU64,
-}
-
-/// Fetches faster than this are local (direct hits, the page cache): a window of a few chunks per
-/// core keeps the cores busy, and a larger one only costs fresh buffers (a page fault per page).
-const LOCAL_FETCH: Duration = Duration::from_millis(2);
-
-impl Shared {
-    /// Runs a fetch and folds its time into the average.
-    fn timed<T>(&self, fetch: impl FnOnce() -> T) -> T {
-        let started = Instant::now();
-        let out = fetch();
-        let took = started.elapsed().as_micros().max(1) as u64;
-        let old = self.fetch_us.load(Ordering::Relaxed);
-        let new = if old == 0 { took } else { (old * 7 + took) / 8 };
-        self.fetch_us.store(new, Ordering::Relaxed);
-        out
-    }
-
-    fn fetches_are_local(&self) -> bool {
-        let us = self.fetch_us.load(Ordering::Relaxed);
-        us != 0 && us < LOCAL_FETCH.as_micros() as u64
-    }
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Window> {
-        self.window.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// What every fetch needs: the client and the pinned version.
-struct Target {
-    source: Source,
-    url: String,
-    meta: ObjectMeta,
-    chunk_size: u64,
-}
-
-impl Target {
-    fn chunk_len(&self, index: u64) -> usize {
-        (self.meta.size - index * self.chunk_size).min(self.chunk_size) as usize
-    }
-
-    /// Chunk `index` of the pinned version, whole, in `data` (a recycled buffer, or a new one):
-    /// written into its spare capacity, never zeroed first.
-    fn fetch(&self, index: u64, mut data: Vec<u8>) -> Result<Vec<u8>> {
-        let len = self.chunk_len(index);
-        data.clear();
-        data.reserve_exact(len);
-        let client: &Client = (*self.source).as_ref();
-        let room = &mut data.spare_capacity_mut()[..len];
-        let n = client.read_at(&self.url, &self.meta, index * self.chunk_size, &mut *room)?;
-        if n != len {
-            return Err(Error::Stale(format!(
-                "{}: changed during the read (chunk {index} ended after {n} of {len} bytes)",
-                self.url
-            )));
-        }
-        // SAFETY: read_at returned Ok(len): it wrote the first `len` bytes of the spare capacity.
-        unsafe { data.set_len(len) };
-        Ok(data)
     }
 }
 
@@ -466,45 +356,6 @@ impl Drop for Stream {
         // Under the lock, so a worker between its check of `closed` and its wait cannot miss this.
         drop(self.shared.lock());
         self.shared.changed.notify_all();
-    }
-}
-
-fn new_shared() -> Arc<Shared> {
-    Arc::new(Shared {
-        window: Mutex::default(),
-        changed: Condvar::new(),
-        closed: AtomicBool::new(false),
-        fetch_us: AtomicU64::new(0),
-    })
-}
-
-/// A worker: fetches queued chunks, lowest first, until the stream is dropped.
-fn work(target: &Target, shared: &Shared) {
-    loop {
-        let mut w = shared.lock();
-        let index = loop {
-            if shared.closed.load(Ordering::Relaxed) {
-                return;
-            }
-            match w.queue.pop_front() {
-                Some(i) if matches!(w.chunks.get(&i), Some(WindowChunk::Pending)) => break i,
-                Some(_) => continue,
-                None => w = shared.changed.wait(w).unwrap_or_else(|p| p.into_inner()),
-            }
-        };
-        let buf = w.take_buffer();
-        drop(w);
-        let result = shared.timed(|| target.fetch(index, buf));
-        let mut w = shared.lock();
-        // Only a chunk still wanted is kept (a seek may have dropped it meanwhile).
-        if let Some(slot @ WindowChunk::Pending) = w.chunks.get_mut(&index) {
-            *slot = match result {
-                Ok(data) => WindowChunk::Ready(Arc::new(data)),
-                Err(e) => WindowChunk::Failed(e),
-            };
-        }
-        drop(w);
-        shared.changed.notify_all();
     }
 }
 

@@ -22,6 +22,7 @@ mod budget;
 mod daemon;
 mod dirs;
 mod errno;
+mod files;
 mod fs;
 mod handles;
 mod inodes;

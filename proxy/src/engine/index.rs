@@ -26,34 +26,17 @@
 //!   earlier versions, and the reference of the benchmark).
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use lru::LruCache;
 pub use memarts_settings::Eviction;
 
 use super::admission::FrequencySketch;
+use super::awaited::AwaitedChunks;
 use super::recency::ReadClock;
 
 /// Bytes of a typical chunk on disk (a 1 MiB chunk and its header), to size the frequency sketch
 /// before the index knows better.
 const TYPICAL_CHUNK_BYTES: u64 = (1 << 20) + 4096;
-
-/// Most chunks remembered as read by a prefetch whose client read is still to come (a prefetch
-/// queue's worth of hints, four times over: a hint never read costs one entry, until it is pushed
-/// out).
-const PREFETCHED_MAX: usize = 16 << 10;
-
-/// How long a chunk a prefetch read or found cached is kept from eviction while its read does not
-/// come (as long as a staged chunk waits for its read, `staging.rs`).
-pub const AWAITED_FOR: Duration = Duration::from_secs(60);
-
-/// A chunk whose read a prefetch announced: since when, and whether the prefetch counted that read
-/// (it fetched the chunk) or not (it found it cached).
-#[derive(Clone, Copy)]
-struct Awaited {
-    since: Instant,
-    counted: bool,
-}
 
 /// A cached chunk: its bytes on disk, and the read clock's time when it was last read (or
 /// indexed), exact, unlike the clock's own table: a victim that looked recently read because it
@@ -81,9 +64,7 @@ pub struct ChunkIndex {
     /// chunk is indexed under a known capacity).
     sized: bool,
     /// Chunks a prefetch read (and counted) or found cached whose client read has not come yet.
-    prefetched: LruCache<u128, Awaited>,
-    /// How long an awaited chunk is kept from eviction ([`AWAITED_FOR`]; shorter in tests).
-    awaited_for: Duration,
+    awaited: AwaitedChunks,
     /// Room promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet, by
     /// what it is for (a chunk's id, or the first read of a cold object), and its sum.
     promises: HashMap<u128, u64>,
@@ -113,8 +94,7 @@ impl ChunkIndex {
             sketch,
             clock,
             sized: false,
-            prefetched: LruCache::new(std::num::NonZeroUsize::new(PREFETCHED_MAX).expect("non-zero")),
-            awaited_for: AWAITED_FOR,
+            awaited: AwaitedChunks::default(),
             promises: HashMap::new(),
             promised: 0,
         }
@@ -164,7 +144,7 @@ impl ChunkIndex {
 
     /// A new, empty frequency sketch and read clock for about `entries` cached chunks.
     fn reset_history(&mut self, entries: usize) {
-        self.prefetched.clear();
+        self.awaited.clear();
         self.sketch = FrequencySketch::new(entries);
         self.clock = ReadClock::new(self.sketch.width(), self.sketch.entries());
     }
@@ -178,7 +158,7 @@ impl ChunkIndex {
         if self.policy != Eviction::TinyLfu {
             return false;
         }
-        if self.prefetched.pop(&id).is_some_and(|a| a.counted) {
+        if self.awaited.read_came(id) {
             return self.clock.knows(id);
         }
         self.sketch.record(id);
@@ -190,7 +170,7 @@ impl ChunkIndex {
     pub fn record_prefetch(&mut self, id: u128) -> bool {
         let returning = self.record_read(id);
         if self.policy == Eviction::TinyLfu {
-            self.prefetched.put(id, Awaited { since: Instant::now(), counted: true });
+            self.awaited.prefetched(id);
         }
         returning
     }
@@ -202,26 +182,20 @@ impl ChunkIndex {
             return false;
         }
         if self.policy == Eviction::TinyLfu {
-            let counted = self.prefetched.peek(&id).is_some_and(|a| a.counted);
-            self.prefetched.put(id, Awaited { since: Instant::now(), counted });
+            self.awaited.found_cached(id);
         }
         true
     }
 
-    /// Whether `id` is awaited: a prefetch announced its read, which has not come, lately.
-    fn awaited(&self, id: u128) -> bool {
-        self.prefetched.peek(&id).is_some_and(|a| a.since.elapsed() < self.awaited_for)
-    }
-
     /// How long an awaited chunk is kept from eviction (tests shorten [`AWAITED_FOR`]).
     #[cfg(test)]
-    pub fn set_awaited_for(&mut self, d: Duration) {
-        self.awaited_for = d;
+    pub fn set_awaited_for(&mut self, d: std::time::Duration) {
+        self.awaited.set_for(d);
     }
 
     /// A client's read of `id` that a prefetch counted came (it joined the prefetch's fetch).
     pub fn forget_prefetch(&mut self, id: u128) {
-        self.prefetched.pop(&id);
+        self.awaited.forget(id);
     }
 
     /// How often `id` was read lately, as the sketch estimates it.
@@ -382,7 +356,7 @@ impl ChunkIndex {
             if over == 0 {
                 break;
             }
-            if Some(victim) == id || self.awaited(victim) {
+            if Some(victim) == id || self.awaited.is_awaited(victim) {
                 continue;
             }
             let idle = self.clock.since(read_at);

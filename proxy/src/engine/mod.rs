@@ -27,6 +27,7 @@
 mod admission;
 #[cfg(test)]
 mod admission_tests;
+mod awaited;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;

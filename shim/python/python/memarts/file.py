@@ -41,9 +41,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from . import _memarts
-from ._entries import DirEntry, FileStat, ScanDir, matches, split_pattern
+from ._entries import DirEntry, FileStat, ScanDir  # noqa: F401  (the types listings return)
 from ._file_object import open_local, open_object
-from ._progress import Progress
 from .auth import set_auth  # noqa: F401  (part of the API)
 from .errors import (  # noqa: F401  (MoXing's exception names are part of mox.file's API)
     BadRequestError,
@@ -269,140 +268,6 @@ def is_directory(url):
     return bool(_fleet().list(url.rstrip("/"), False))
 
 
-def _relative(base, url):
-    base = base.rstrip("/") + "/"
-    return url[len(base):] if url.startswith(base) else url.rsplit("/", 1)[-1]
-
-
-def _canonical(path):
-    # The fleet names every cloud scheme s3://; answer in the caller's scheme.
-    scheme, sep, rest = path.partition("://")
-    return "s3://" + rest if sep else path
-
-
-def _object_files(url):
-    """``(name, size)`` of every object below the prefix `url`, names relative to it, sorted: one
-    recursive LIST."""
-    base = _canonical(url)
-    return sorted((_relative(base, u), size) for u, is_dir, size in _fleet().list(url.rstrip("/"), True) if not is_dir)
-
-
-def _parents(names):
-    """Every directory that the relative file names in `names` imply (``a/b/c`` -> ``a``, ``a/b``)."""
-    dirs = set()
-    for name in names:
-        parts = name.split("/")
-        for depth in range(1, len(parts)):
-            dirs.add("/".join(parts[:depth]))
-    return dirs
-
-
-def list_directory(url, recursive=False, remove_sep=False, skip_file=False, skip_dir=False):
-    """Names under `url`: one level (files and directories), or with ``recursive`` every file below
-    it (relative paths). ``skip_file`` leaves files out (with ``recursive``: every directory below,
-    instead of the files), ``skip_dir`` leaves directories out. Names never end with a separator, so
-    ``remove_sep`` (MoXing: strip the trailing ``/`` of directory names) is always in effect."""
-    local = _local_path(url)
-    if local is not None:
-        if not recursive:
-            names = os.listdir(local)
-            if skip_file or skip_dir:
-                names = [n for n in names if os.path.isdir(os.path.join(local, n)) != bool(skip_dir)]
-            return sorted(names) if not (skip_file and skip_dir) else []
-        files, dirs = [], []
-        for root, dirnames, filenames in os.walk(local):
-            dirs.extend(os.path.relpath(os.path.join(root, d), local) for d in dirnames)
-            files.extend(os.path.relpath(os.path.join(root, f), local) for f in filenames)
-    else:
-        if not recursive:
-            base = _canonical(url)
-            entries = _fleet().list(url.rstrip("/"), False)
-            return sorted(
-                _relative(base, u) for u, is_dir, _size in entries if not (skip_dir if is_dir else skip_file)
-            )
-        files = [name for name, _size in _object_files(url)]
-        dirs = _parents(files)
-    if skip_file:
-        return [] if skip_dir else sorted(dirs)
-    return sorted(files)
-
-
-def walk(url, topdown=True, onerror=None, followlinks=False):
-    """Like ``os.walk``: yields ``(dirpath, dirnames, filenames)``, top-down unless ``topdown`` is
-    False. For local paths all three options are ``os.walk``'s; for objects ``onerror`` and
-    ``followlinks`` have no meaning (no listing error is swallowed; there are no links), and the
-    tree is listed once, so changing ``dirnames`` in place does not prune it."""
-    local = _local_path(url)
-    if local is not None:
-        yield from os.walk(local, topdown=topdown, onerror=onerror, followlinks=followlinks)
-        return
-    top = url.rstrip("/")
-    tree = {"": (set(), [])}
-    for name in list_directory(top, recursive=True):
-        parts = name.split("/")
-        for depth in range(1, len(parts)):
-            parent = "/".join(parts[: depth - 1])
-            tree.setdefault(parent, (set(), []))[0].add(parts[depth - 1])
-            tree.setdefault("/".join(parts[:depth]), (set(), []))
-        tree.setdefault("/".join(parts[:-1]), (set(), []))[1].append(parts[-1])
-    # Sorted relative paths put every directory before what is below it; reversed, after.
-    for rel in sorted(tree, reverse=not topdown):
-        dirs, files = tree[rel]
-        yield (top + "/" + rel if rel else top), sorted(dirs), sorted(files)
-
-
-def stat(url):
-    """A :class:`FileStat` of a file, object or directory: ``length``, ``mtime_nsec``,
-    ``is_directory`` (and ``st_size``, ``st_mtime``, ``st_mode`` as ``os.stat`` has). A missing one
-    raises ``NotFoundError``, which is also ``MoxFileNotExistsException`` and ``FileNotFoundError``."""
-    local = _local_path(url)
-    if local is not None:
-        try:
-            st = os.stat(local)
-        except FileNotFoundError as e:
-            raise NotFoundError(f"{url}: no such file or directory") from e
-        return FileStat(st.st_size, st.st_mtime_ns, os.path.isdir(local))
-    meta = _object_stat(url) if not url.endswith("/") else None
-    if meta is not None:
-        return FileStat(meta[0], meta[2] * 1_000_000, False)
-    if is_directory(url):
-        return FileStat(0, 0, True)
-    raise NotFoundError(f"{url}: no such object or directory")
-
-
-def scan_dir(url):
-    """Like ``os.scandir``: the entries directly under `url` (``.name``, ``.path``, ``.is_dir()``,
-    ``.is_file()``, ``.stat()``), as an iterator that also works in a ``with`` block."""
-    local = _local_path(url)
-    if local is not None:
-        return os.scandir(local)
-    top = url.rstrip("/")
-    base = _canonical(top)
-    entries = []
-    for u, is_dir, size in sorted(_fleet().list(top, False)):
-        name = _relative(base, u).rstrip("/")
-        entries.append(DirEntry(name, f"{top}/{name}", is_dir, size, stat))
-    return ScanDir(entries)
-
-
-def glob(url):
-    """The absolute paths or URLs matching the pattern `url` (``*``, ``?``, ``[...]`` in any
-    component but the bucket), sorted, as ``glob.glob`` does for local paths."""
-    local = _local_path(url)
-    if local is not None:
-        import glob as _glob
-
-        if url.startswith("file://"):
-            return sorted("file://" + p for p in _glob.glob(local))
-        return sorted(_glob.glob(local))
-    base, parts = split_pattern(url)
-    if not parts:
-        return [url] if exists(url) else []
-    files = list_directory(base, recursive=True)
-    candidates = set(files) | _parents(files)
-    return sorted(f"{base}/{rel}" for rel in candidates if matches(parts, rel))
-
-
 def _encode(data, binary, what):
     if isinstance(data, str):
         return data.encode("utf-8")
@@ -446,128 +311,6 @@ def append(url, data, binary=False):
         return
     old = _fleet().read(url) if _object_stat(url) is not None else b""
     _fleet().put_bytes(url, old + payload)
-
-
-def copy(src_url, dst_url, client_id=None):
-    """Copies one file or object: object to local, local to object, object to object, local to
-    local. ``client_id`` (MoXing's choice of OBS client) is accepted and has no meaning here."""
-    dst = _local_path(dst_url)
-    src = _local_path(src_url)
-    if dst is None:
-        if src is not None:
-            _fleet().put_file(dst_url, src)
-        else:
-            _fleet().put_bytes(dst_url, _fleet().read(src_url))
-        return
-    parent = os.path.dirname(dst)
-    if parent:
-        os.makedirs(parent, exist_ok=True)
-    if src is None:
-        # Streams in bounded memory; large objects go as several ranges at once when
-        # MOX_MEMARTS_LARGE_FILE_ACC=1 (MOX_FILE_PARTIAL_MAXIMUM_SIZE, MOX_FILE_LARGE_FILE_TASK_NUM).
-        tasks = LARGE_FILE_TASK_NUM if LARGE_FILE_ACC else 1
-        if USE_METADATA_CACHE:
-            known = _metadata_cache().get(src_url)
-            if known is not None:
-                try:
-                    _fleet().download_at_version(src_url, (known[0], known[1]), dst, tasks, PARTIAL_MAXIMUM_SIZE)
-                    return
-                except (StaleError, NotFoundError):
-                    _metadata_cache().drop(src_url)
-            size, etag, _mtime = _fleet().stat(src_url)
-            _metadata_cache().put(src_url, size, etag)
-            _fleet().download_at_version(src_url, (size, etag), dst, tasks, PARTIAL_MAXIMUM_SIZE)
-            return
-        _fleet().download(src_url, dst, tasks, PARTIAL_MAXIMUM_SIZE)
-        return
-    tmp = f"{dst}.memarts-{os.getpid()}-{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "wb") as out, open(src, "rb") as f:
-            while True:
-                block = f.read(8 << 20)
-                if not block:
-                    break
-                out.write(block)
-        os.replace(tmp, dst)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-class _HintWindow:
-    """Keeps the fleet fetching the next objects of a long copy ahead of the copying threads
-    (``memarts.prefetch``): the first ``AHEAD`` are hinted at once, then the next ``STEP`` each time
-    the copies get within ``AHEAD - STEP`` of the last one hinted. The threads' reads are then hits,
-    or join a fetch already under way: nothing is fetched twice, and the origin sees as many
-    requests in flight as the fleet's adaptive limit allows, not one per thread."""
-
-    AHEAD, STEP = 256, 64
-
-    def __init__(self, urls):
-        self.urls, self.done, self.hinted = urls, 0, 0
-        self.lock = threading.Lock()
-        self._hint(self.AHEAD)
-
-    def _hint(self, n):
-        batch = self.urls[self.hinted:self.hinted + n]
-        self.hinted += len(batch)
-        if batch:
-            try:
-                _fleet().prefetch(batch)
-            except Error:  # hints are best effort: the copies read anyway
-                pass
-
-    def advance(self):
-        with self.lock:
-            self.done += 1
-            if self.hinted < len(self.urls) and self.hinted - self.done <= self.AHEAD - self.STEP:
-                self._hint(self.STEP)
-
-
-def copy_parallel(src_url, dst_url, file_list=None, threads=None, is_processing=False, use_queue=False):
-    """Copies a directory tree (or, with ``file_list``, those names relative to `src_url`),
-    ``threads`` files at a time (None or 0: ``MOX_COPY_PARALLEL_THREADS``, 16 by default).
-
-    Copies are I/O that runs without the GIL, so threads are used whatever ``is_processing`` says
-    (MoXing's choice of a process pool), and the pool is the work queue whatever ``use_queue``
-    says. Copying objects to a local directory where one name is both an object and a prefix
-    (``a`` and ``a/b``) raises ``MoxFileNameDuplicateException`` before anything is copied."""
-    del is_processing, use_queue
-    src = src_url.rstrip("/")
-    dst = dst_url.rstrip("/")
-    total = None
-    if file_list is not None:
-        names = [os.fspath(n).lstrip("/") for n in file_list]
-    elif _local_path(src) is None:
-        # One LIST, which also gives the sizes (for the progress report's ETA).
-        listed = _object_files(src)
-        names = [n for n, _ in listed]
-        total = sum(size for _, size in listed)
-    else:
-        names = list_directory(src, recursive=True)
-    if _local_path(dst) is not None:
-        clash = sorted(set(names) & _parents(names))
-        if clash:
-            raise MoxFileNameDuplicateException(
-                f"{src}: {clash[0]!r} is both a file and a directory; a local file system cannot hold both"
-            )
-    workers = PARALLEL_THREADS if not threads or threads < 0 else int(threads)
-    progress = Progress("copy_parallel", len(names), total)
-    ahead = _HintWindow([f"{src}/{n}" for n in names]) if _local_path(src) is None else None
-
-    def one(name):
-        copy(f"{src}/{name}", f"{dst}/{name}")
-        local = _local_path(f"{dst}/{name}") or _local_path(f"{src}/{name}") if progress.on else None
-        progress.done(os.path.getsize(local) if local is not None else 0)
-        if ahead is not None:
-            ahead.advance()
-
-    try:
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for done in pool.map(one, names):
-                del done
-    finally:
-        progress.close()
 
 
 def remove(url, recursive=False):
@@ -649,3 +392,17 @@ def File(name, mode="r", encoding=None, errors=None, newline=None, buffering=-1)
     if local is not None:
         return open_local(local, mode, encoding, errors, newline, buffering)
     return open_object(_fleet(), name, mode, encoding, errors, newline)
+
+
+from ._copy import copy, copy_parallel  # noqa: E402  (they use this module's helpers)
+from ._listing import (  # noqa: E402, F401  (part of the API; they use this module's helpers)
+    _canonical,
+    _object_files,
+    _parents,
+    _relative,
+    glob,
+    list_directory,
+    scan_dir,
+    stat,
+    walk,
+)
