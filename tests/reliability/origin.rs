@@ -246,8 +246,13 @@ fn rotated_credentials(scale: Scale) -> Row {
         if Instant::now() >= next_rotation {
             // A new key two seconds before the current one expires, as an STS refresher would.
             let key = format!("key-{}", keys.len());
-            keys.push((key.clone(), SystemTime::now() + lifetime));
-            write_credentials(&file, &key, SystemTime::now() + lifetime);
+            let expires = SystemTime::now() + lifetime;
+            keys.push((key.clone(), expires));
+            // The origin knows a key before anyone can read it from the file (an STS key is valid
+            // when it is issued): allowed after the write, a slot that read the file at once
+            // could sign with a key the relay did not know yet.
+            relay.allow_keys(valid(&keys));
+            write_credentials(&file, &key, expires);
             next_rotation += Duration::from_secs(2);
             // Counted when it has two seconds of reads ahead to be used in.
             if next_rotation < until {
