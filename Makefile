@@ -121,12 +121,14 @@ bench: deps-test build
 # The reliability campaign (under 15 minutes here): coverage-guided fuzzing of every decoder
 # (ops/scripts/fuzz.sh, FUZZ_SECONDS per target), then every fault class of docs/RELIABILITY.md against a
 # real fleet with clients verifying every byte; prints the table and writes
-# tests/reliability/results/latest.{json,md}. A short version runs in `make test`.
+# tests/reliability/results/latest.{json,md}, then the README's table and docs/RELIABILITY.md's totals
+# from them (docs_table.py). A short version runs in `make test`.
 FUZZ_SECONDS ?= 45
 reliability: deps-test
 	$(CARGO) build --release --bins
 	bash ops/scripts/fuzz.sh $(FUZZ_SECONDS)
 	RELIABILITY_SCALE=full $(CARGO) test --release --test reliability
+	$(PYTHON) tests/reliability/docs_table.py
 
 clean:
 	$(CARGO) clean
