@@ -7,12 +7,13 @@ run did not measure and no two pages disagree. `make bench` runs it after report
 
 import json
 import os
-import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from doc_blocks import fill_pages  # noqa: E402  (tests/doc_blocks.py)
 
 from report import RESULTS, headline
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def f0(v):
@@ -154,13 +155,6 @@ PAGES = {"README.md": ("readme",), "docs/BENCHMARKS.md": ("run", "findings"),
          "docs/MOUNT.md": ("mount",), "docs/CLUSTER.md": ("cluster",)}
 
 
-def fill(text, name, body):
-    """`text` with the block `name` holding `body`."""
-    pattern = re.compile(rf"(<!-- bench:{name} -->\n).*?(<!-- /bench -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"docs_figures: no <!-- bench:{name} --> block")
-    return pattern.sub(lambda mo: mo.group(1) + body.strip("\n") + "\n" + mo.group(2), text)
-
 
 def main():
     with open(os.path.join(RESULTS, "latest.json")) as f:
@@ -171,15 +165,7 @@ def main():
         print(f"docs_figures: {', '.join(partial)} ran at a smaller scale: the docs keep the last full run's figures")
         return 0
     made = blocks(latest)
-    for page, names in PAGES.items():
-        path = os.path.join(ROOT, page)
-        with open(path) as f:
-            text = f.read()
-        for name in names:
-            text = fill(text, name, made[name])
-        with open(path, "w") as f:
-            f.write(text)
-    print("docs_figures: filled " + ", ".join(PAGES))
+    fill_pages("bench", PAGES, made)
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ totals are that run's. `make reliability` runs it after the campaign.
 
 import json
 import os
-import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from doc_blocks import fill_pages  # noqa: E402  (tests/doc_blocks.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "results")
 
 
@@ -45,12 +46,6 @@ def blocks(latest, table_md):
 PAGES = {"README.md": ("table",), "docs/RELIABILITY.md": ("summary",)}
 
 
-def fill(text, name, body):
-    pattern = re.compile(rf"(<!-- reliability:{name} -->\n).*?(<!-- /reliability -->)", re.S)
-    if not pattern.search(text):
-        raise SystemExit(f"docs_table: no <!-- reliability:{name} --> block")
-    return pattern.sub(lambda m: m.group(1) + body.strip("\n") + "\n" + m.group(2), text)
-
 
 def main():
     with open(os.path.join(RESULTS, "latest.json")) as f:
@@ -58,15 +53,7 @@ def main():
     with open(os.path.join(RESULTS, "latest.md")) as f:
         table_md = f.read()
     made = blocks(latest, table_md)
-    for page, names in PAGES.items():
-        path = os.path.join(ROOT, page)
-        with open(path) as f:
-            text = f.read()
-        for name in names:
-            text = fill(text, name, made[name])
-        with open(path, "w") as f:
-            f.write(text)
-    print("docs_table: filled " + ", ".join(PAGES))
+    fill_pages("reliability", PAGES, made)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,7 @@ use crate::to_py;
 #[pyfunction]
 #[pyo3(signature = (run_dir=None))]
 pub fn fleet_running(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<bool> {
-    let dir = match run_dir {
-        Some(d) => d,
-        None => ShimConfig::from_env().map_err(|e| to_py(py, e))?.run_dir,
-    };
+    let dir = run_dir_or_env(py, run_dir)?;
     Ok(py.detach(|| memarts_shim::fleet_running(&dir)))
 }
 
@@ -47,14 +44,11 @@ pub fn settings(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 
 /// What a client reads of the fleet's `fleet.json` (`memarts_shim::FleetFile`): `slots`,
 /// `meta_ttl_secs`, `endpoint`, `credentials_file`, `in_cluster`. No fleet started in the run dir
-/// raises `FleetUnavailableError`.
+/// raises `UnavailableError`.
 #[pyfunction]
 #[pyo3(signature = (run_dir=None))]
 pub fn fleet_file(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<Bound<'_, PyDict>> {
-    let dir = match run_dir {
-        Some(d) => d,
-        None => ShimConfig::from_env().map_err(|e| to_py(py, e))?.run_dir,
-    };
+    let dir = run_dir_or_env(py, run_dir)?;
     let f = py.detach(|| memarts_shim::FleetFile::read(&dir)).map_err(|e| to_py(py, e))?;
     let d = PyDict::new(py);
     d.set_item("slots", f.slots)?;
@@ -63,4 +57,12 @@ pub fn fleet_file(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<Bound<'_
     d.set_item("credentials_file", f.origin.credentials_file)?;
     d.set_item("in_cluster", f.in_cluster)?;
     Ok(d)
+}
+
+/// `run_dir` if given, else the one the client's settings name (`MEMARTS_RUN_DIR` or the default).
+fn run_dir_or_env(py: Python<'_>, run_dir: Option<PathBuf>) -> PyResult<PathBuf> {
+    match run_dir {
+        Some(dir) => Ok(dir),
+        None => Ok(ShimConfig::from_env().map_err(|e| to_py(py, e))?.run_dir),
+    }
 }
