@@ -45,6 +45,8 @@ pub struct Client {
     prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
     /// Warm reads straight from the chunk files (`direct.rs`), for a fleet of our own uid.
     pub(crate) direct: Option<crate::direct::Direct>,
+    /// The read-ahead budget and fetch threads of every stream this client opens (`readahead/`).
+    pub(crate) readaheads: crate::readahead::Readaheads,
 }
 
 /// Reads the fleet size from `<run dir>/fleet.json`.
@@ -91,7 +93,9 @@ impl Client {
         let owner = crate::trust::check_run_dir(&cfg.run_dir, &cfg.trusted_uids)?;
         let slots = fleet_slots(&cfg.run_dir)?;
         let direct = if cfg.direct_reads { crate::direct::Direct::new(&cfg.run_dir, owner) } else { None };
+        let readaheads = crate::readahead::Readaheads::new(cfg.readahead_memory, cfg.readahead_workers);
         Ok(Client {
+            readaheads,
             direct,
             cfg,
             owner,

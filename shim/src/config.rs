@@ -11,6 +11,9 @@ use crate::error::Result;
 /// few GB/s busy across round trips of tens of milliseconds.
 pub const DEFAULT_READAHEAD: u64 = 64 << 20;
 
+/// [`ShimConfig::readahead_memory`] by default: four windows of the default size.
+pub const DEFAULT_READAHEAD_MEMORY: u64 = 256 << 20;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShimConfig {
     /// Where the fleet's sockets and `fleet.json` are (`MEMARTS_RUN_DIR`).
@@ -32,6 +35,11 @@ pub struct ShimConfig {
     /// its reader (default 64 MiB, at least one chunk). The window starts at one chunk and doubles
     /// with each chunk read in order up to this bound.
     pub readahead: u64,
+    /// The most bytes all the read-ahead windows of a process (its streams, the files open in a
+    /// mount) hold at once (default 256 MiB); past it, chunks are fetched for their read alone.
+    pub readahead_memory: u64,
+    /// Threads of a process that fetch chunks ahead of its readers (default: `parallel`).
+    pub readahead_workers: usize,
     /// Read warm objects straight from the fleet's chunk files, with no round trip to a proxy
     /// (`MEMARTS_DIRECT_READS`, default on; only for a fleet of the client's own uid). See
     /// [`crate::direct`].
@@ -60,6 +68,8 @@ impl ShimConfig {
             spin: s.spin.unwrap_or(memarts_protocol::spin::DEFAULT_SPIN),
             trusted_uids: s.trusted_uids.clone().unwrap_or_default(),
             readahead: DEFAULT_READAHEAD,
+            readahead_memory: DEFAULT_READAHEAD_MEMORY,
+            readahead_workers: s.parallel,
             direct_reads: s.direct_reads,
         }
     }

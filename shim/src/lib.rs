@@ -1,6 +1,6 @@
 //! The memarts shim: the light, synchronous client every training worker links.
 //!
-//! No async runtime, and no background threads outside an open [`Stream`]: workers fork (PyTorch DataLoader), so the shim uses
+//! No async runtime, and no background threads but the read-ahead's fetchers: workers fork (PyTorch DataLoader), so the shim uses
 //! std Unix sockets, connects lazily and, after a `fork`, drops inherited connections and opens its own.
 //! Layout:
 //! - [`config`]: settings from the MoXing / memarts environment variables.
@@ -12,15 +12,14 @@
 //! - [`direct`]: warm chunks read straight from their files (the version from the slots' published
 //!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
 //!   batches.
-//! - [`stream`]: a sequential reader of one pinned version that keeps a growing window of chunk
-//!   fetches in flight on background threads (read-ahead for `cat`, Python `File` reads).
+//! - [`stream`]: a sequential reader of one pinned version (`cat`, Python `File` reads, fsspec).
+//! - [`readahead`]: the one read-ahead, of streams and of `memarts mount`'s files: a growing window
+//!   of chunk fetches in flight on the process's fetch threads, within one memory budget.
 //! - [`prefetch`]: hints of what will be read next, each sent to the slot its read starts at.
 //! - `warm`: objects brought into the cache without their bytes coming back (`memarts warmup`).
 //! - `write`: uploads and deletes at the origin, through the fleet.
 //! - `download`: an object into a local file, in bounded memory.
 //! - [`local_file`]: a local file written whole or not at all (temp file, then rename).
-//! - `mode` (feature `embedded`): MoXing's mode resolution (proxy, embedded, direct), shared by the
-//!   Python package and the CLI.
 //! - [`trust`]: which fleets a client trusts: the run dir's owner and mode, each socket's peer uid.
 //! - [`error`]: typed errors mirroring the wire's error codes.
 
@@ -40,7 +39,7 @@ pub mod local_file;
 mod per_process;
 pub mod prefetch;
 mod read;
-mod readahead;
+pub mod readahead;
 mod slot_tables;
 pub mod stream;
 mod touch;

@@ -126,23 +126,63 @@ fn the_window_is_in_flight_ahead_of_the_reader() {
 }
 
 #[test]
-fn dropping_a_stream_stops_its_workers() {
+fn dropping_a_stream_ends_its_fetches() {
     let bucket = moto().bucket("stream-drop");
     moto().put(&bucket, "o", &pattern(1800, 64 * CS as usize));
     let fleet = Fleet::start(2, &[]);
-    let client =
-        Arc::new(Client::new(ShimConfig { parallel: 3, ..fleet.client(CS).config().clone() }).unwrap());
+    let cfg = ShimConfig { readahead_workers: 3, ..fleet.client(CS).config().clone() };
+    let client = Arc::new(Client::new(cfg).unwrap());
     let mut stream = client.open_stream(&format!("s3://{bucket}/o")).unwrap();
     let mut chunk = vec![0u8; CS as usize];
     for _ in 0..4 {
         stream.read_exact(&mut chunk).unwrap();
     }
     let probe = stream.workers_probe();
-    assert_eq!(probe(), 1 + 3, "the stream and its three workers");
+    assert!(probe() >= 1, "the stream holds its window");
+    assert!(client.readahead_memory_used() > 0, "the window holds chunks ahead");
     drop(stream);
     let deadline = Instant::now() + Duration::from_secs(20);
     while probe() > 0 {
-        assert!(Instant::now() < deadline, "{} workers still run after the stream was dropped", probe());
+        assert!(Instant::now() < deadline, "{} fetches still hold the window of a dropped stream", probe());
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert_eq!(client.readahead_memory_used(), 0, "a dropped stream's chunks are given back");
+}
+
+#[test]
+fn the_streams_of_a_process_share_one_read_ahead_memory() {
+    let bucket = moto().bucket("stream-budget");
+    let objects: Vec<Vec<u8>> = (0..3).map(|i| pattern(1900 + i, 24 * CS as usize)).collect();
+    for (i, data) in objects.iter().enumerate() {
+        moto().put(&bucket, &format!("o{i}"), data);
+    }
+    let fleet = Fleet::start(2, &[]);
+    let budget = 5 * CS;
+    let cfg =
+        ShimConfig { readahead: 16 * CS, readahead_memory: budget, ..fleet.client(CS).config().clone() };
+    let client = Arc::new(Client::new(cfg).unwrap());
+    let mut streams: Vec<_> =
+        (0..3).map(|i| client.open_stream(&format!("s3://{bucket}/o{i}")).unwrap()).collect();
+    let mut got = vec![Vec::new(); 3];
+    let mut piece = vec![0u8; (CS / 3) as usize];
+    let mut most = 0;
+    // Three streams read in turns, each wanting a window of 16 chunks: together they hold at
+    // most the budget, and every byte is right.
+    loop {
+        let mut any = false;
+        for (s, out) in streams.iter_mut().zip(&mut got) {
+            let n = s.read(&mut piece[..]).unwrap();
+            out.extend_from_slice(&piece[..n]);
+            any |= n > 0;
+            most = most.max(client.readahead_memory_used());
+        }
+        if !any {
+            break;
+        }
+    }
+    for (i, data) in objects.iter().enumerate() {
+        assert!(got[i] == *data, "stream {i} read other bytes");
+    }
+    assert!(most <= budget, "the windows held {most} bytes, over the {budget}-byte budget");
+    assert!(most >= 2 * CS, "only {most} bytes were ever read ahead: no window at all");
 }

@@ -59,7 +59,7 @@ impl MemartsFs {
             self.view.opts.kernel_cache || same
         };
         let url = self.view.opts.url_of(&node.path);
-        let reader = Reader::new(self.view.fleet.clone(), url, meta, self.view.opts.max_readahead);
+        let reader = Reader::new(self.view.fleet.clone(), url, meta);
         let fh = self.handles.insert(Handle::Read(Arc::new(reader)));
         // A file open for reading has nothing to do at close: no FLUSH round trip per close.
         let flags = FopenFlags::FOPEN_NOFLUSH;

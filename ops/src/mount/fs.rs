@@ -16,19 +16,17 @@ use fuser::{
 
 use super::handles::{Handle, Handles};
 use super::inodes::{child_path, parent_of, Kind};
-use super::prefetch::Prefetcher;
 use super::spool::State;
 use super::view::{Found, View};
 
 pub struct MemartsFs {
     pub(super) view: View,
     pub(super) handles: Handles,
-    pub(super) prefetch: Prefetcher,
 }
 
 impl MemartsFs {
-    pub fn new(view: View, prefetch: Prefetcher) -> MemartsFs {
-        MemartsFs { view, handles: Handles::default(), prefetch }
+    pub fn new(view: View) -> MemartsFs {
+        MemartsFs { view, handles: Handles::default() }
     }
 }
 
@@ -69,7 +67,7 @@ impl Filesystem for MemartsFs {
         let ttl = self.view.opts.attr_timeout;
         if let Some(Handle::Read(r)) = fh.and_then(|fh| self.handles.get(fh.0)) {
             // An open file is the version its open pinned.
-            let attr = self.view.opts.file_attr(ino.0, r.meta.size, r.meta.last_modified_ms);
+            let attr = self.view.opts.file_attr(ino.0, r.meta().size, r.meta().last_modified_ms);
             return reply.attr(&ttl, &attr);
         }
         match self.view.attr(ino.0) {
@@ -305,7 +303,7 @@ impl Filesystem for MemartsFs {
         reply: ReplyData,
     ) {
         let data = match self.handles.get(fh.0) {
-            Some(Handle::Read(r)) => r.read(offset, size, &self.prefetch),
+            Some(Handle::Read(r)) => r.read(offset, size),
             Some(Handle::Write(s)) => s.lock().unwrap_or_else(|p| p.into_inner()).read(offset, size),
             _ => Err(Errno::EBADF),
         };

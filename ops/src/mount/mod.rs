@@ -9,8 +9,8 @@
 //! - `inodes.rs`: inode numbers ↔ paths, with what is known of each object.
 //! - `dirs.rs`: directory listings kept for the entry timeout; directories made with `mkdir`.
 //! - `view.rs`: what a name is (listing, this mount's own changes, or the fleet) and its attributes.
-//! - `reader.rs`, `prefetch.rs`, `budget.rs`: files open for reading: the pinned version, whole
-//!   chunks, read-ahead, and the memory bound over all open files.
+//! - `reader.rs`: files open for reading: the pinned version, read through the shim's read-ahead
+//!   (whole chunks, a window ahead of sequential readers, one memory bound over all open files).
 //! - `spool.rs`, `writer_exit.rs`: files being written: a private temp file, uploaded at close
 //!   unless the writer was killed.
 //! - `handles.rs`: open files and directories by handle.
@@ -18,7 +18,6 @@
 //! - `daemon.rs`: running in the background once the mount is live; signals.
 //! - `unmount.rs`: `memarts unmount`, stale mounts included.
 
-mod budget;
 mod daemon;
 mod dirs;
 mod errno;
@@ -27,7 +26,6 @@ mod fs;
 mod handles;
 mod inodes;
 mod options;
-mod prefetch;
 mod reader;
 mod spool;
 mod unmount;
@@ -47,20 +45,20 @@ use crate::settings::{absolute, resolve, shim_config};
 
 pub use unmount::unmount;
 
-/// What the file system reads through: the fleet (or the engine embedded in this process), and the
-/// memory bound of all open files' chunks.
+/// What the file system reads through: the fleet (or the engine embedded in this process).
 pub struct Fleet {
     session: Session,
-    budget: Arc<budget::Budget>,
+}
+
+impl AsRef<Client> for Fleet {
+    fn as_ref(&self) -> &Client {
+        self.session.client()
+    }
 }
 
 impl Fleet {
     pub fn client(&self) -> &Client {
         self.session.client()
-    }
-
-    pub fn chunk_size(&self) -> u64 {
-        self.client().config().chunk_size
     }
 }
 
@@ -126,20 +124,23 @@ fn run(common: &Common, args: &MountArgs) -> Result<ExitCode> {
     let started = (|| {
         let settings = settings_for(args)?;
         let cfg = resolve(common)?;
-        let shim = shim_config(&settings, &cfg);
+        let opts = options::MountOptions::from_args(args, args.url_prefix.clone())?;
+        let mut shim = shim_config(&settings, &cfg);
+        // The open files' read-ahead: one window per file, all within the memory bound.
+        shim.readahead = opts.max_readahead;
+        shim.readahead_memory = opts.readahead_memory;
+        shim.readahead_workers = 4.min(opts.threads);
         let session = Session::open(&settings, shim, cfg).context("reaching memarts")?;
         if session.mode() == Mode::Direct {
             bail!("no memarts fleet runs and --embedded was not given");
         }
-        let opts = options::MountOptions::from_args(args, args.url_prefix.clone())?;
         std::fs::create_dir_all(&opts.spool_dir)
             .with_context(|| format!("spool dir {}", opts.spool_dir.display()))?;
-        let fleet = Arc::new(Fleet { budget: budget::Budget::new(opts.readahead_memory), session });
+        let fleet = Arc::new(Fleet { session });
         let mode = fleet.session.mode().name();
-        let prefetch = prefetch::Prefetcher::start(4.min(opts.threads).max(1))?;
         let config = daemon::fuse_config(&opts);
         let view = view::View::new(fleet, opts);
-        let fs = fs::MemartsFs::new(view, prefetch);
+        let fs = fs::MemartsFs::new(view);
         let session = fuser::Session::new(fs, &args.mountpoint, &config)
             .with_context(|| format!("mounting on {}", args.mountpoint.display()))?;
         Ok((session, mode))

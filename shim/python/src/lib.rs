@@ -235,6 +235,14 @@ impl Client {
         stream::Stream::open(py, &self.inner, url)
     }
 
+    /// A sequential reader of the version `etag` (of `size` bytes) of `url`, known already (nothing
+    /// is asked), with read-ahead: what an fsspec file opened on one version reads through.
+    fn open_stream_at_version(&self, url: &str, size: u64, etag: String) -> PyResult<stream::Stream> {
+        let meta =
+            memarts_protocol::ObjectMeta { size, etag: Some(etag), version: None, last_modified_ms: 0 };
+        stream::Stream::at_version(&self.inner, url, meta)
+    }
+
     /// Up to `length` bytes from `offset`.
     fn read_range<'py>(
         &self,

@@ -1,7 +1,7 @@
 //! `memarts._memarts.Stream`: the shim's [`memarts_shim::Stream`] for Python, what `File(url, 'rb')`
 //! reads through. The version is pinned at open (a replaced object is a `StaleError` at the next
 //! read that needs a chunk of it, never mixed bytes); reads are served from the read-ahead window
-//! with the GIL released while they wait; `seek` drops the window.
+//! with the GIL released while they wait; a `seek` further than the window reaches drops it.
 
 use std::mem::MaybeUninit;
 use std::sync::Arc;
@@ -23,6 +23,14 @@ impl Stream {
     pub fn open(py: Python<'_>, session: &Arc<Session>, url: &str) -> PyResult<Stream> {
         let source: memarts_shim::stream::Source = session.clone();
         let inner = py.detach(|| memarts_shim::Stream::open(source, url)).map_err(|e| to_py(py, e))?;
+        Ok(Stream { inner: Some(inner) })
+    }
+
+    /// A stream over the version `meta` of `url`, known already (nothing is asked).
+    pub fn at_version(session: &Arc<Session>, url: &str, meta: memarts_shim::ObjectMeta) -> PyResult<Stream> {
+        let source: memarts_shim::stream::Source = session.clone();
+        let inner = memarts_shim::Stream::at_version(source, url, meta)
+            .map_err(|e| Python::attach(|py| to_py(py, e)))?;
         Ok(Stream { inner: Some(inner) })
     }
 

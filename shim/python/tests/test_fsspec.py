@@ -5,6 +5,7 @@ import io
 import os
 import subprocess
 import sys
+import time
 
 import fsspec
 import pandas as pd
@@ -18,7 +19,7 @@ from pyarrow.fs import FSSpecHandler, PyFileSystem
 from conftest import pattern
 import memarts as mox
 from memarts import errors
-from memarts.fsspec import READAHEAD_CHUNKS, ROUTABLE, MemartsFileSystem, route
+from memarts.fsspec import ROUTABLE, MemartsFileSystem, route
 
 CS = 64 << 10
 
@@ -100,8 +101,8 @@ def test_a_small_range_of_a_large_object_reads_only_its_chunks_then_hits(s3, buc
     s3.put_object(Bucket=bucket, Key="large.bin", Body=data)
     url = f"memarts://{bucket}/large.bin"
     pos = 10 * CS + 5
-    # The read and its read-ahead: chunk 10 and the READAHEAD_CHUNKS after it, of 64.
-    want = READAHEAD_CHUNKS + 1
+    # A read that does not follow another gets no read-ahead: chunk 10 alone, of 64.
+    want = 1
     cached, misses, hits = fleet.total("cached_chunks"), fleet.total("misses"), fleet.total("hits")
     origin_bytes = fleet.total("bytes_from_origin")
     with fs.open(url, "rb") as f:
@@ -117,11 +118,27 @@ def test_a_small_range_of_a_large_object_reads_only_its_chunks_then_hits(s3, buc
     assert fleet.total("hits") - hits == want, "the second read of the range is served from the cache"
     assert fleet.total("misses") - misses == want
     assert fleet.total("bytes_from_origin") - origin_bytes == want * CS
-    # cat_file of a range reads exactly the chunks under it (here 2: 12 is cached, 30 is not).
+    # cat_file of a range reads exactly the chunks under it (12 and 13, then 30).
     assert fs.cat_file(url, start=13 * CS - 10, end=13 * CS + 10) == data[13 * CS - 10 : 13 * CS + 10]
     assert fs.cat_file(url, start=30 * CS + 1, end=30 * CS + 2) == data[30 * CS + 1 : 30 * CS + 2]
-    assert fleet.total("misses") - misses == want + 1
-    assert fleet.total("bytes_from_origin") - origin_bytes == (want + 1) * CS
+    assert fleet.total("misses") - misses == want + 3
+    assert fleet.total("bytes_from_origin") - origin_bytes == (want + 3) * CS
+
+
+def test_a_file_read_in_order_reads_ahead(s3, bucket, fs, fleet):
+    data = pattern(4, 64 * CS)
+    s3.put_object(Bucket=bucket, Key="seq.bin", Body=data)
+    misses = fleet.total("misses")
+    with fs.open(f"memarts://{bucket}/seq.bin", "rb") as f:
+        for i in range(4):
+            assert f.read(CS) == data[i * CS : (i + 1) * CS]
+        # Chunks 0..3 read in order grew the window 1, 2, 4, 8: chunks up to 11 are fetched, though
+        # the reader asked for 4 (the read-ahead of mox.file's File and of the mount).
+        deadline = time.monotonic() + 20
+        while fleet.total("misses") - misses < 12:
+            assert time.monotonic() < deadline, f"{fleet.total('misses') - misses} misses: nothing read ahead"
+            time.sleep(0.02)
+        assert f.read() == data[4 * CS :]
 
 
 def test_pandas_reads_parquet_and_csv_and_writes_them(s3, bucket):

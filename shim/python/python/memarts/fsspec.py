@@ -13,13 +13,14 @@ the embedded engine with ``USE_MEMARTS=1``, or the origin directly: :func:`memar
 takes no storage options: the endpoint and credentials are the fleet's (or the process's, for the
 in-process engine); options given for another file system (``anon``, ``key``...) are ignored.
 
-Reading: a file opened ``"rb"`` pins the version (ETag) it finds at open; each of its reads asks the
-fleet for a range of that version, which the fleet serves from the chunks under it (a small range of
-a large object fetches those chunks only, and they are hits the next time). An object replaced while
-the file is open raises :class:`~memarts.errors.StaleError` at the next read that reaches the
-origin, never bytes of two versions; the file opened again reads the new version. A read fetches
-what it asks plus ``READAHEAD_CHUNKS`` chunks (``block_size`` of ``open`` sets another amount,
-``cache_type`` another fsspec cache).
+Reading: a file opened ``"rb"`` pins the version (ETag) it finds at open and reads that version's
+chunks through memarts' read-ahead, the one ``mox.file.File`` and ``memarts mount`` read through: a
+window of chunks in flight ahead of a reader that reads in order, from one chunk up to 64 MiB, within
+the process's read-ahead memory; a seek away drops it (a small range of a large object fetches
+those chunks only, and they are hits the next time). An object replaced while the file is open
+raises :class:`~memarts.errors.StaleError` at the next read that reaches the origin, never bytes of
+two versions; the file opened again reads the new version. No fsspec cache sits on top by default
+(``cache_type`` of ``open`` adds one).
 
 Writing: ``"wb"`` (and ``"xb"``, ``"ab"``) files spool to a private temp file uploaded at close,
 checked end to end, nothing if the ``with`` block fails (``mox.file.File``'s); ``pipe_file``
@@ -47,7 +48,6 @@ from ._urls import REMOTE_PREFIXES
 from .errors import Error, NotFoundError, StaleError
 
 ROUTABLE = ("s3", "s3a", "obs", "oss")
-READAHEAD_CHUNKS = 4
 _SCHEMES = ("memarts://",) + REMOTE_PREFIXES
 
 
@@ -179,11 +179,14 @@ class MemartsFile(AbstractBufferedFile):
                 raise IsADirectoryError(f"memarts://{path} is a directory")
             size, etag = info["size"], info["etag"] or ""
         self.etag = etag
+        self._stream = None
+        # memarts' read-ahead does what fsspec's caches would: none on top of it unless asked.
+        kwargs.setdefault("cache_type", "none")
         super().__init__(
             fs,
             path,
             "rb",
-            block_size=block_size or READAHEAD_CHUNKS * _client().chunk_size,
+            block_size=block_size or _client().chunk_size,
             cache_options=cache_options,
             size=size,
             etag=etag,
@@ -193,7 +196,10 @@ class MemartsFile(AbstractBufferedFile):
     def _fetch_range(self, start, end):
         url = _url(self.path)
         try:
-            return _client().read_range_at_version(url, self.size, self.etag, start, end - start)
+            if self._stream is None:
+                self._stream = _client().open_stream_at_version(url, self.size, self.etag)
+            self._stream.seek(start)
+            return self._stream.read(max(0, end - start))
         except StaleError as e:
             # Revalidated now, so that the file opened again pins the new version, not the one the
             # fleet's metadata cache would still give until its TTL ends.
@@ -203,6 +209,13 @@ class MemartsFile(AbstractBufferedFile):
                 f"memarts://{self.path} changed since it was opened (ETag {self.etag}): open it again "
                 f"to read the new version ({e})"
             ) from None
+
+    def close(self):
+        """Closes the file and ends its read-ahead."""
+        stream, self._stream = getattr(self, "_stream", None), None
+        if stream is not None:
+            stream.close()
+        super().close()
 
 
 def route(protocols=("s3", "obs", "oss")):

@@ -1,7 +1,8 @@
-//! The memory all open files' chunks may hold at once. A chunk kept by a file handle (the one being
-//! read, and those read ahead) holds a lease on its bytes; with no room left, reads go straight to
-//! the fleet without keeping anything and without read-ahead, so memory stays bounded whatever the
-//! number of open files.
+//! The memory every read-ahead window of a process may hold at once ([`ShimConfig::readahead_memory`]
+//! (crate::ShimConfig::readahead_memory)): a chunk buffer a window keeps (fetched ahead, in flight,
+//! held for the reader, or kept for reuse) holds a lease on it. With no room left, a reader's chunk
+//! is fetched for that read alone and nothing is read ahead, so memory stays bounded whatever the
+//! number of open streams and files.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ impl Budget {
         }
     }
 
-    #[cfg(test)]
+    /// Bytes leased now.
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
