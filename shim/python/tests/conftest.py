@@ -170,3 +170,16 @@ def pattern(seed, n):
     import random
 
     return random.Random(seed).randbytes(n)
+
+
+def assert_reads_ahead(fleet, f, want, chunk_size, before):
+    """Chunks 0..3 of ``want`` read in order from the open file ``f`` grow the read-ahead window 1, 2,
+    4, 8: chunks up to 11 are fetched (or on their way; ``before``: the fleet's misses before the
+    open) although the reader asked for 4. Then the rest reads byte-exact."""
+    for i in range(4):
+        assert f.read(chunk_size) == want[i * chunk_size : (i + 1) * chunk_size]
+    deadline = time.monotonic() + 20
+    while fleet.total("misses") - before < 12:
+        assert time.monotonic() < deadline, f"{fleet.total('misses') - before} misses: no read-ahead"
+        time.sleep(0.02)
+    assert f.read() == want[4 * chunk_size :]

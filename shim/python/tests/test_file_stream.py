@@ -10,7 +10,7 @@ import pytest
 
 import memarts as mox
 from memarts import errors
-from conftest import pattern
+from conftest import assert_reads_ahead, pattern
 
 CS = 64 << 10
 
@@ -66,15 +66,7 @@ def test_the_window_reaches_the_origin_ahead_of_the_reader(s3, bucket, fleet):
     url = f"obs://{bucket}/ahead"
     before = fleet.total("misses")
     with mox.file.File(url, "rb") as f:
-        for i in range(4):
-            assert f.read(CS) == want[i * CS : (i + 1) * CS]
-        # Chunks 0..3 read in order grow the window to 8 ahead: chunks up to 11 are fetched (or on
-        # their way) although the reader asked for 4.
-        deadline = time.time() + 20
-        while fleet.total("misses") - before < 12:
-            assert time.time() < deadline, f"{fleet.total('misses') - before} misses: no read-ahead"
-            time.sleep(0.02)
-        assert f.read() == want[4 * CS :]
+        assert_reads_ahead(fleet, f, want, CS, before)
 
 
 @pytest.mark.proxy_only

@@ -5,7 +5,6 @@ import io
 import os
 import subprocess
 import sys
-import time
 
 import fsspec
 import pandas as pd
@@ -16,7 +15,7 @@ import pytest
 from fsspec.registry import _registry
 from pyarrow.fs import FSSpecHandler, PyFileSystem
 
-from conftest import pattern
+from conftest import assert_reads_ahead, pattern
 import memarts as mox
 from memarts import errors
 from memarts.fsspec import ROUTABLE, MemartsFileSystem, route
@@ -130,15 +129,8 @@ def test_a_file_read_in_order_reads_ahead(s3, bucket, fs, fleet):
     s3.put_object(Bucket=bucket, Key="seq.bin", Body=data)
     misses = fleet.total("misses")
     with fs.open(f"memarts://{bucket}/seq.bin", "rb") as f:
-        for i in range(4):
-            assert f.read(CS) == data[i * CS : (i + 1) * CS]
-        # Chunks 0..3 read in order grew the window 1, 2, 4, 8: chunks up to 11 are fetched, though
-        # the reader asked for 4 (the read-ahead of mox.file's File and of the mount).
-        deadline = time.monotonic() + 20
-        while fleet.total("misses") - misses < 12:
-            assert time.monotonic() < deadline, f"{fleet.total('misses') - misses} misses: nothing read ahead"
-            time.sleep(0.02)
-        assert f.read() == data[4 * CS :]
+        # The read-ahead of mox.file's File (and of the mount), not an fsspec cache's.
+        assert_reads_ahead(fleet, f, data, CS, misses)
 
 
 def test_pandas_reads_parquet_and_csv_and_writes_them(s3, bucket):
