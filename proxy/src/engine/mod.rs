@@ -37,6 +37,7 @@ mod direct;
 mod disk_fault_tests;
 #[cfg(test)]
 mod epoch_tests;
+mod eviction;
 mod first_read;
 mod flight;
 #[cfg(test)]
