@@ -47,8 +47,10 @@ mod list_policy;
 mod listings;
 mod meta_cache;
 mod meta_publisher;
+
 mod metadata;
 mod metrics;
+mod miss;
 mod open_chunks;
 mod peers;
 pub(crate) mod pins;
