@@ -1,7 +1,8 @@
 //! Chunk reads in a slot: a hit is a chunk file found (in the open-file cache or the store) whose
-//! header binds it to the requested identity; a miss is filled from the origin by one fetch however
-//! many readers wait for it, handed to all of them, then written to disk within the capacity
-//! (victims evicted first) if the index admits it (`index.rs`: with a full cache, only a chunk read
+//! header binds it to the requested identity; a miss is filled once however many readers wait for
+//! it (the tiers of `miss.rs`: a first read's chunk 0, the disk again, staging, a peer, the
+//! origin), handed to all of them, then written to disk within the capacity (victims evicted
+//! first) if the index admits it (`index.rs`, `eviction/`: with a full cache, only a chunk read
 //! more often lately than what it would push out). Every read, hit or miss, is counted for that.
 //! A chunk that fails a check is dropped, counted and fetched again.
 

@@ -4,13 +4,15 @@
 //! because its version is not known until the GET) take the same walk and land the same way.
 //!
 //! ```text
-//! chunk read   FirstRead ─▶ Disk ─▶ Staged ─▶ ┆budget┆ Peers ─▶ Origin   ─▶ persist
-//! cold first   StillCold ─────────────────────▶ ┆budget┆ Origin (GET 0-n) ─▶ persist
-//! prefetch,    ┆budget┆ Origin ─▶ staging
-//! not kept
+//! chunk read:        FirstRead → Disk → Staged → [budget] Peers → Origin   → answer, then persist
+//! cold first read:   StillCold ───────────────→ [budget] Origin (metadata and chunk 0)
+//!                                                                          → persist, then answer
+//! prefetch, not kept:                             [budget] Origin   → stage, then answer
 //! ```
 //!
-//! The first tier that answers ends the walk. The memory budget is held from the first of `Peers`
+//! The first tier that answers ends the walk. Only a fill from staging or the origin lands here
+//! (a first read landed its chunk 0 already, a peer keeps what it owns); in pass-through, nothing
+//! is read from or written to disk. The memory budget is held from the first of `Peers`
 //! and `Origin` the walk reaches until the fill has landed, never while waiting for anything else
 //! that needs it, so holders cannot wait on each other. Each tier's code is with its state:
 //! `FirstRead` and `StillCold` in `first_read.rs` (the zero-fill marks, R3), `Disk` in
@@ -144,7 +146,7 @@ impl Miss {
 
 /// The bytes a tier filled a miss with, and the metadata that came with them (a first read's GET).
 #[derive(Clone)]
-pub(super) struct Got {
+struct Got {
     meta: Option<ObjectMeta>,
     data: Fetched,
 }
@@ -157,13 +159,13 @@ impl Got {
 
 /// A tier's answer, and whether this slot lands it (it came from the origin or staging; not from
 /// disk, a first read that landed it already, or a peer that keeps it).
-pub(super) struct Found {
+struct Found {
     got: Result<Got, WireError>,
     keep: bool,
 }
 
 impl Found {
-    pub fn served(got: Result<Fetched, WireError>) -> Found {
+    fn served(got: Result<Fetched, WireError>) -> Found {
         Found { got: got.map(Got::chunk), keep: false }
     }
 
@@ -174,8 +176,8 @@ impl Found {
 
 /// What a fill holds until its flight has ended: the memory budget, a chunk 0 fill's mark.
 #[derive(Default)]
-pub(super) struct Holds {
-    pub zero: Option<ZeroFill>,
+struct Holds {
+    zero: Option<ZeroFill>,
     budget: Option<Held>,
 }
 
