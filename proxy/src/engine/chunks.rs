@@ -1,7 +1,8 @@
 //! Chunk reads in a slot: a hit is a chunk file found (in the open-file cache or the store) whose
-//! header binds it to the requested identity; a miss is filled from the origin by one fetch however
-//! many readers wait for it, handed to all of them, then written to disk within the capacity
-//! (victims evicted first) if the index admits it (`index.rs`: with a full cache, only a chunk read
+//! header binds it to the requested identity; a miss is filled once however many readers wait for
+//! it (the tiers of `miss.rs`: a first read's chunk 0, the disk again, staging, a peer, the
+//! origin), handed to all of them, then written to disk within the capacity (victims evicted
+//! first) if the index admits it (`index.rs`, `eviction/`: with a full cache, only a chunk read
 //! more often lately than what it would push out). Every read, hit or miss, is counted for that.
 //! A chunk that fails a check is dropped, counted and fetched again.
 
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use memarts_protocol::{ChunkRequest, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
-use super::first_read::first_flight;
+use super::miss::Miss;
 use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, ReadBy, INLINE_MAX};
 use crate::chunk_store::format::{on_disk_len, round_up};
 use crate::chunk_store::{ChunkId, ChunkKey, StoreError};
@@ -56,74 +57,18 @@ impl Engine {
         }
 
         self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let mut miss = Miss::chunk(url, key, range, by);
         // In a cluster, from the node that owns it: object-store objects only (`peers.rs`).
-        let peer_req = (route && self.cluster().is_some() && super::peers::pooled(&url)).then(|| req.clone());
+        miss.peer_req =
+            (route && self.cluster().is_some() && super::peers::pooled(&miss.url)).then(|| req.clone());
         // Counted for admission here, unless another node may own it: then only once the turn to
-        // fill it comes to this node (below), so that chunks kept elsewhere do not age this
+        // fill it comes to this node (`Tier::Peers`), so that chunks kept elsewhere do not age this
         // slot's counts.
-        // `returning`: whether this read is a re-read, as the index's read clock knew it before it.
-        let mut returning = false;
-        if !self.info.passthrough && peer_req.is_none() {
-            returning = self.count_read(id, by);
+        if !self.info.passthrough && miss.peer_req.is_none() {
+            miss.returning = self.count_read(id, by);
         }
-        let this = self.clone();
-        let f = self
-            .flights
-            .join_fallible(id, "the fetch of this chunk", move |leader| async move {
-                // A cold first read may be fetching chunk 0 with the metadata (this reader found
-                // the metadata it put, or asked with a HEAD before the index was rebuilt): wait
-                // for it and take its chunk 0. Before the look at the disk, not after: a first
-                // read that ended between the two would have been missed by both (R3). From its
-                // result, not from the disk: the index may not have kept the chunk (admission).
-                let _zero =
-                    (key.index == 0).then(|| this.zero_fills.mark(first_flight(&url, key.chunk_size)));
-                if key.index == 0 {
-                    if let Some(Ok((meta, f))) = this.firsts.wait(first_flight(&url, key.chunk_size)).await {
-                        let whole = f.data.len() as u64 == range.end - range.start;
-                        if whole && meta.etag.as_deref() == Some(key.etag.as_str()) {
-                            leader.publish(Ok(f));
-                            return;
-                        }
-                    }
-                }
-                // A flight that ended between our cache lookup and this one may have just
-                // written the chunk: look again before going to the origin.
-                if let Some(f) = this.read_from_disk(&key).await {
-                    leader.publish(Ok(f));
-                    return;
-                }
-                // Fetched ahead by a prefetch for this read, and not kept (`staging.rs`): this
-                // read's fill, as if it had just come from the origin.
-                if let Some(f) = this.staged.take(id) {
-                    leader.publish(Ok(f.clone()));
-                    if !this.info.passthrough {
-                        this.persist(&key, id, f, returning, None).await;
-                    }
-                    return;
-                }
-                // Held until the chunk is on disk (end of this block); never while waiting for
-                // anything else that needs the budget, so holders cannot wait on each other.
-                let _held = this.budget.hold(range.end - range.start).await;
-                // In a cluster, from the node that owns it (not kept here), unless that is us.
-                if let Some(req) = &peer_req {
-                    if let Some(read) = this.read_from_peers(req, (id >> 64) as u64).await {
-                        leader.publish(read);
-                        return;
-                    }
-                    returning = this.count_read(id, by);
-                }
-                let fetched = this.origin.get_range(&url, range, &key.etag).await;
-                let fetched = fetched.map(Fetched::of).map_err(WireError::from);
-                leader.publish(fetched.clone());
-                if let Ok(f) = fetched {
-                    this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                    if !this.info.passthrough {
-                        this.persist(&key, id, f, returning, None).await;
-                    }
-                }
-                drop(leader);
-            })
-            .await?;
+        // One fill however many read it (R3), walking the tiers of a miss (`miss.rs`).
+        let f = self.fill_chunk(miss).await.0?;
         if by == ReadBy::Client {
             // A read that joined a prefetch's staging of this chunk has what was staged.
             self.staged.take(id);
@@ -131,8 +76,10 @@ impl Engine {
         Ok(ChunkOutcome::Bytes { data: f.data, crc32c: f.crc32c, from_cache: false })
     }
 
-    /// The chunk `key` read whole from disk and verified, if it is there (never in pass-through).
-    async fn read_from_disk(&self, key: &ChunkKey) -> Option<Fetched> {
+    /// Tier `Disk` (`miss.rs`): a flight that ended between the caller's cache lookup and this
+    /// one may have just written the chunk: the chunk `key` read whole from disk and verified, if
+    /// it is there (never in pass-through).
+    pub(super) async fn read_from_disk(&self, key: &ChunkKey) -> Option<Fetched> {
         if self.info.passthrough {
             return None;
         }

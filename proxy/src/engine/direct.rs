@@ -56,7 +56,7 @@ impl Engine {
     pub fn touched(&self, touches: &[Touch]) -> u32 {
         let mut counted = 0;
         let mut read = Vec::new();
-        let clocked = self.index().policy() == super::index::Eviction::TinyLfu;
+        let clocked = self.index().clocks_reads();
         for t in touches {
             if let Some(returning) = self.count_direct(t.id, 1, t.len) {
                 if returning || !clocked {

@@ -2,6 +2,7 @@
 //! from the owner of chunk 0. For a cold object (no metadata, no cached chunk 0) both come from one
 //! ranged GET instead of a HEAD and then a GET, which halves the round trips of a cold small file.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use memarts_protocol::{
     MAX_CHUNK_SIZE, MAX_FILL_URLS, MIN_CHUNK_SIZE,
 };
 
+use super::miss::Miss;
 use super::{bad_request, parse_url, ChunkOutcome, Engine, Fetched, ReadBy};
 use crate::chunk_store::ChunkKey;
 
@@ -154,6 +156,39 @@ impl Engine {
             && !self.index().has_placement(placement)
     }
 
+    /// Tier `StillCold` (`miss.rs`): the object was cold when the caller looked, but another first
+    /// read (or a HEAD) may have ended between that look and this flight: its metadata is then
+    /// known (put before its flight ended) and its chunk 0 on disk; or a chunk 0 fill is running
+    /// (R3). The usual way reads them.
+    pub(super) fn no_longer_cold(&self, url: &ObjectUrl, chunk_size: u64, flight: u128) -> bool {
+        self.zero_fills.marked(flight)
+            || self.meta.get(&url.to_string()).is_some()
+            || !self.is_cold(url, chunk_size)
+    }
+
+    /// Tier `FirstRead` (`miss.rs`) of a fill of chunk `key`: a cold first read may be fetching
+    /// chunk 0 with the metadata (this reader found the metadata it put, or asked with a HEAD
+    /// before the index was rebuilt): wait for it and take its chunk 0. Before the look at the
+    /// disk, not after: a first read that ended between the two would have been missed by both
+    /// (R3). From its result, not from the disk: the index may not have kept the chunk
+    /// (admission). `mark`: this fill's [`ZeroFill`], kept until its flight ends.
+    pub(super) async fn zero_of_first_read(
+        &self,
+        url: &ObjectUrl,
+        key: &ChunkKey,
+        range: &Range<u64>,
+        mark: &mut Option<ZeroFill>,
+    ) -> Option<Fetched> {
+        if key.index != 0 {
+            return None;
+        }
+        let first = first_flight(url, key.chunk_size);
+        *mark = Some(self.zero_fills.mark(first));
+        let Some(Ok((meta, f))) = self.firsts.wait(first).await else { return None };
+        let whole = f.data.len() as u64 == range.end - range.start;
+        (whole && meta.etag.as_deref() == Some(key.etag.as_str())).then_some(f)
+    }
+
     /// Metadata and chunk 0 of `url` in one ranged GET, if they can be cached: an empty object or
     /// one without an ETag is an error, for the caller to take the usual way (a HEAD first).
     pub(super) async fn get_first_cacheable(
@@ -179,38 +214,8 @@ impl Engine {
     ) -> Option<Result<(ObjectMeta, Option<ChunkOutcome>), WireError>> {
         let flight = first_flight(&url, chunk_size);
         let joined_url = (by == ReadBy::Client).then(|| url.clone());
-        let this = self.clone();
-        let result = self
-            .firsts
-            .join_fallible(flight, "the first read of this object", move |leader| async move {
-                // The object was cold when the caller looked, but another first read (or a HEAD)
-                // may have ended between that look and this flight: its metadata is then known
-                // (put before its flight ended) and its chunk 0 on disk. The usual way reads them.
-                let filling = this.zero_fills.marked(flight);
-                if filling || this.meta.get(&url.to_string()).is_some() || !this.is_cold(&url, chunk_size) {
-                    leader.publish(Err(WireError::new(ErrorCode::OriginError, "no longer cold")));
-                    return;
-                }
-                let _held = this.budget.hold(chunk_size).await;
-                let got = this.get_first_cacheable(&url, chunk_size).await;
-                // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
-                // flights, so a read of chunk 0 right after must find it there, not fetch it again.
-                // Kept or not as any fill is (`persist`: the same admission), and counted as a read.
-                if let Ok((meta, f)) = &got {
-                    this.meta.put(url.to_string(), meta.clone());
-                    this.stats.misses.fetch_add(1, Ordering::Relaxed);
-                    this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                    if !this.info.passthrough {
-                        let etag = meta.etag.as_deref().unwrap_or_default();
-                        let key = ChunkKey::new(&url, etag, chunk_size, 0);
-                        let returning = this.count_read(key.id().0, by);
-                        this.persist(&key, key.id().0, f.clone(), returning, Some(flight)).await;
-                    }
-                }
-                leader.publish(got);
-                drop(leader);
-            })
-            .await;
+        // One GET however many read it, walking the tiers of a cold first read (`miss.rs`).
+        let (result, _) = self.fill_first(Miss::first(url, chunk_size, flight, by)).await;
         match result {
             Ok((meta, f)) => {
                 // A client that joined a prefetch's first read was counted by it (`index.rs`).

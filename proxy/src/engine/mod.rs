@@ -9,8 +9,10 @@
 //! - this file: the slot's state, its counters and what a read hands to the server;
 //! - `metadata.rs`: object metadata (stat with single-flight HEADs, the stale fallback when the
 //!   origin is down, snapshots kept across graceful restarts);
-//! - `chunks.rs`: chunk reads: hits (verified, from the open-file cache or the store), fills
-//!   from the origin, persistence within the capacity, dropping corrupt chunks;
+//! - `chunks.rs`: chunk reads: hits (verified, from the open-file cache or the store), misses
+//!   filled in one flight, persistence within the capacity, dropping corrupt chunks;
+//! - `miss.rs`: the miss path: the tiers a fill walks in its single flight (a cold first read's
+//!   chunk 0, the disk, staging, peers, the origin) and where it lands (disk or staging);
 //! - `first_read.rs`: an object's metadata and chunk 0 in one round trip, in one GET when cold;
 //! - `rebuild.rs`: the background index rebuild after a start, and the default capacity;
 //! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
@@ -19,7 +21,8 @@
 //! - `direct.rs`: direct hits (shims reading chunk files themselves): the published metadata and
 //!   the reads they report;
 //! - `status.rs`: the counters as `memarts status` shows them;
-//! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, admission),
+//! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, promised
+//!   room), `eviction/` (what to keep: the policy behind a trait, `lru.rs` and `tinylfu.rs`),
 //!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
 //!   slot's reuse distance, to tell a chunk no longer read), `meta_cache.rs` (metadata cache),
 //!   `open_chunks.rs` (open files of recent hits).
@@ -37,6 +40,7 @@ mod direct;
 mod disk_fault_tests;
 #[cfg(test)]
 mod epoch_tests;
+mod eviction;
 mod first_read;
 mod flight;
 #[cfg(test)]
@@ -46,8 +50,10 @@ mod list_policy;
 mod listings;
 mod meta_cache;
 mod meta_publisher;
+
 mod metadata;
 mod metrics;
+mod miss;
 mod open_chunks;
 mod peers;
 pub(crate) mod pins;

@@ -408,7 +408,7 @@ impl Engine {
             let len = (meta.size - index * chunk_size).min(chunk_size);
             let Some(_room) = self.promise_room(id, Some(id), on_disk_len(&key, len)) else {
                 let range = index * chunk_size..index * chunk_size + len;
-                fetched += u64::from(self.stage_chunk(&parsed, id, range, &etag).await?);
+                fetched += u64::from(self.stage_chunk(&parsed, key.clone(), range).await?);
                 continue;
             };
             let req = ChunkRequest {

@@ -10,14 +10,14 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
+use memarts_protocol::{ObjectMeta, ObjectUrl, WireError};
 
 use super::first_read::first_flight;
-use super::{parse_url, Engine, Fetched};
+use super::miss::Miss;
+use super::{parse_url, Engine, Fetched, ReadBy};
 use crate::chunk_store::ChunkKey;
 
 /// A staged chunk not taken by then is taken to be a hint whose read will not come.
@@ -103,41 +103,21 @@ impl Staging {
 }
 
 impl Engine {
-    /// Fetches bytes `range` of the version `etag` of `url` (chunk `id`) into staging, through
-    /// the chunk's single flight (a read of it running or arriving shares the one GET). False:
-    /// no room, or a fetch of it was already running (its reader has it).
+    /// Fetches bytes `range` of the chunk `key` of `url` into staging, through the chunk's single
+    /// flight (a read of it running or arriving shares the one GET). False: no room, or a fetch of
+    /// it was already running (its reader has it).
     pub(super) async fn stage_chunk(
         self: &Arc<Self>,
         url: &ObjectUrl,
-        id: u128,
+        key: ChunkKey,
         range: Range<u64>,
-        etag: &str,
     ) -> Result<bool, WireError> {
         let len = range.end - range.start;
         if !self.staged.reserve(len) {
             return Ok(false);
         }
-        let (this, url, etag) = (self.clone(), url.clone(), etag.to_string());
-        let (fetched, led) = self
-            .flights
-            .join(
-                id,
-                move |leader| async move {
-                    let _held = this.budget.hold(len).await;
-                    let fetched = this.origin.get_range(&url, range, &etag).await;
-                    let fetched = fetched.map(Fetched::of).map_err(WireError::from);
-                    match &fetched {
-                        Ok(f) => {
-                            this.stats.bytes_from_origin.fetch_add(len, Ordering::Relaxed);
-                            this.staged.fill(id, f.clone(), len);
-                        }
-                        Err(_) => this.staged.cancel(len),
-                    }
-                    leader.publish(fetched);
-                },
-                || Err(WireError::new(ErrorCode::Internal, "the prefetch of this chunk was abandoned")),
-            )
-            .await;
+        let miss = Miss::chunk(url.clone(), key, range, ReadBy::Prefetch).staged(len);
+        let (fetched, led) = self.fill_chunk(miss).await;
         if !led {
             self.staged.cancel(len);
         }
@@ -157,36 +137,16 @@ impl Engine {
             let Some(etag) = meta.etag.clone().filter(|e| !e.is_empty() && meta.size > 0) else {
                 return Ok(None);
             };
-            let id = ChunkKey::new(&parsed, &etag, chunk_size, 0).id().0;
-            let staged = self.stage_chunk(&parsed, id, 0..meta.size.min(chunk_size), &etag).await?;
+            let key = ChunkKey::new(&parsed, &etag, chunk_size, 0);
+            let staged = self.stage_chunk(&parsed, key, 0..meta.size.min(chunk_size)).await?;
             return Ok(staged.then_some(meta));
         }
         if !self.staged.reserve(chunk_size) {
             return Ok(None);
         }
-        let this = self.clone();
-        let (got, led) = self
-            .firsts
-            .join(
-                first_flight(&parsed, chunk_size),
-                move |leader| async move {
-                    let _held = this.budget.hold(chunk_size).await;
-                    let got = this.get_first_cacheable(&parsed, chunk_size).await;
-                    match &got {
-                        Ok((meta, f)) => {
-                            this.meta.put(parsed.to_string(), meta.clone());
-                            this.stats.bytes_from_origin.fetch_add(f.data.len() as u64, Ordering::Relaxed);
-                            let etag = meta.etag.as_deref().unwrap_or_default();
-                            let id = ChunkKey::new(&parsed, etag, chunk_size, 0).id().0;
-                            this.staged.fill(id, f.clone(), chunk_size);
-                        }
-                        Err(_) => this.staged.cancel(chunk_size),
-                    }
-                    leader.publish(got);
-                },
-                || Err(WireError::new(ErrorCode::Internal, "the prefetch of this object was abandoned")),
-            )
-            .await;
+        let flight = first_flight(&parsed, chunk_size);
+        let miss = Miss::first(parsed, chunk_size, flight, ReadBy::Prefetch).staged(chunk_size);
+        let (got, led) = self.fill_first(miss).await;
         if !led {
             self.staged.cancel(chunk_size);
         }
