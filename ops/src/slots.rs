@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use memarts_protocol::layout::{meta_table_path, pin_table_path};
+use memarts_disk::layout::{meta_table_path, pin_table_path};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;

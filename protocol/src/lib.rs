@@ -1,7 +1,8 @@
 //! The wire protocol between the memarts shim (in every training worker) and the proxies.
 //!
 //! This crate is pure data plus the one framing implementation both sides use; it depends on nothing
-//! else of ours. Layout:
+//! else of ours, and it holds nothing of the cache's files (those are `memarts-disk`'s, which depends
+//! on this crate for chunk identity, URLs and the checksum). Layout:
 //! - [`frame`]: the byte layout of a frame (a fixed head, a postcard message, an optional raw payload),
 //!   size limits checked before any allocation, sync and (feature `async`) tokio readers.
 //! - [`message`]: requests, responses and the handshake. Enum variants are append-only: a variant's
@@ -9,9 +10,9 @@
 //! - [`error`]: typed error codes carried on the wire and the framing error type.
 //! - [`spin`]: adaptive busy-polling of a socket before blocking, used by both ends.
 //! - [`peer`]: the node-to-node protocol of the cluster pool (TCP, the same framing).
-//! - [`chunk_file`]: chunk identity and the on-disk chunk file format, which the proxies write and
-//!   shims may read directly; [`meta_table`]: the metadata a slot publishes in a shared file, with
-//!   which a shim reads a warm object with no round trip.
+//! - [`identity`]: a chunk's identity, id and owning slot (how a shim routes a chunk); [`url`]: object
+//!   URLs as both sides parse them; [`checksum`]: CRC32C, of chunk data on the wire and on disk.
+//! - [`listed`]: what slots tell each other of a listing; [`metrics`]: the metrics snapshot.
 //!
 //! A connection starts with `Request::Hello`, answered by `Response::Welcome` or
 //! `Response::Incompatible`; then the client sends one request and reads one response, in lockstep.
@@ -20,17 +21,12 @@
 //! cross the socket.
 
 pub mod checksum;
-pub mod chunk_file;
 pub mod error;
 pub mod frame;
 pub mod listed;
 pub mod message;
-pub mod meta_table;
 pub mod metrics;
 pub mod peer;
-pub mod pin_table;
-mod seqlock;
-mod shared_file;
 pub mod spin;
 
 pub use checksum::{crc32c, Crc32c};
@@ -56,7 +52,6 @@ pub const DEFAULT_CHUNK_SIZE: u64 = 1 << 20;
 pub const MAX_URL_LEN: usize = 8 << 10;
 
 pub mod identity;
-pub mod layout;
 pub mod url;
 pub use identity::{
     chunk_id, chunk_id_from_identity, chunk_id_of, chunk_owner, encode_identity, meta_owner_slot, owner_slot,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ConfigError, ValueError};
-pub use memarts_protocol::layout::{fleet_file, socket_path};
+pub use memarts_disk::layout::{fleet_file, socket_path};
 pub use prefetch::PrefetchConfig;
 
 use crate::chunk_store::EngineKind;

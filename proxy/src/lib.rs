@@ -115,7 +115,7 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     if cfg.passthrough || ttl.is_zero() {
         return;
     }
-    let path = memarts_protocol::layout::meta_table_path(&cfg.run_dir, slot);
+    let path = memarts_disk::layout::meta_table_path(&cfg.run_dir, slot);
     if let Err(e) = engine.publish_metadata(path.clone()) {
         tracing::warn!("no direct hits: cannot create {}: {e}", path.display());
         return;
@@ -125,7 +125,7 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     if budget == 0 {
         return;
     }
-    let path = memarts_protocol::layout::pin_table_path(&cfg.run_dir, slot);
+    let path = memarts_disk::layout::pin_table_path(&cfg.run_dir, slot);
     if let Err(e) = engine.publish_pins(&path, budget) {
         tracing::warn!(
             "no pinned chunks (direct reads check every byte): cannot create {}: {e}",

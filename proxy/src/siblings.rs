@@ -87,7 +87,7 @@ impl Siblings {
     }
 
     async fn connect(&self, slot: u32) -> Result<UnixStream, Fault> {
-        let path = memarts_protocol::layout::socket_path(&self.run_dir, slot);
+        let path = memarts_disk::layout::socket_path(&self.run_dir, slot);
         let mut stream = match UnixStream::connect(&path).await {
             Ok(stream) => stream,
             Err(source) => return Err(Fault::Connect { path, source }),

@@ -1,14 +1,15 @@
 //! The checks a chunk file passes before a client serves its bytes without a proxy (direct hits,
 //! `direct.rs`): the header must be this chunk's own (identity bytes and header CRC) and claim
 //! exactly the length asked for, the data must match its CRC32C, unless the chunk's slot held it
-//! pinned (checked, locked in memory) from before the read until after it.
+//! pinned (checked, locked in memory) from before the read until after it. The rules are the
+//! proxy's too (`memarts_disk::chunk_file::verify`); the reads are this file's.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use memarts_protocol::chunk_file::format;
-use memarts_protocol::pin_table::{Pin, PinFile, PinTable, Stamp};
+use memarts_disk::chunk_file::{format, verify};
+use memarts_disk::pin_table::{Pin, PinFile, PinTable, Stamp};
 use memarts_protocol::ObjectUrl;
 
 use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
@@ -75,17 +76,15 @@ pub(crate) fn map_checked(
     let map = unsafe { memmap2::MmapOptions::new().len(whole as usize).map(file) }.ok()?;
     // Locked: the pages checked below stay the pages the caller writes out.
     map.lock().ok()?;
-    let raw = format::decode_raw(&map[..data_offset as usize]).ok()?;
+    let header = verify::header(&map[..data_offset as usize], identity).ok()?;
+    verify::length(&header, len as u64).ok()?;
     let data = &map[data_offset as usize..];
-    if raw.identity != identity || raw.data_offset != data_offset || raw.data_len != len as u64 {
-        return None;
-    }
     if let Some((table, pin)) = pin {
         if pinned_throughout(file, table, pin) {
             return Some((map, Found::Pinned));
         }
     }
-    (memarts_protocol::crc32c(data) == raw.data_crc32c).then_some((map, Found::Served))
+    verify::data(&header, data).ok().map(|()| (map, Found::Served))
 }
 
 /// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
@@ -118,16 +117,10 @@ pub(crate) fn check(
     }
     // SAFETY: preadv_exact returned Ok, so every byte of `header` was written.
     let header = unsafe { assume_filled(header) };
-    let raw = match format::decode_raw(header) {
-        Ok(raw) => raw,
-        Err(_) => return Found::Corrupt,
+    let header = match verify::header(header, identity) {
+        Ok(header) if verify::length(&header, (first + rest.len()) as u64).is_ok() => header,
+        _ => return Found::Corrupt,
     };
-    if raw.identity != identity
-        || raw.data_offset != data_offset
-        || raw.data_len != (first + rest.len()) as u64
-    {
-        return Found::Corrupt;
-    }
     let mut crc = pin.is_none().then(memarts_protocol::Crc32c::default);
     if let Some(crc) = crc.as_mut() {
         // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
@@ -152,10 +145,10 @@ pub(crate) fn check(
         // SAFETY: every piece of `dst` was read into above (each read returned Ok).
         (None, _) => memarts_protocol::crc32c(unsafe { assume_filled(dst) }),
     };
-    if sum != raw.data_crc32c {
-        return Found::Corrupt;
+    match verify::data_crc(&header, sum) {
+        Ok(()) => Found::Served,
+        Err(_) => Found::Corrupt,
     }
-    Found::Served
 }
 
 /// Whether the bytes just read from `file` came from pages its slot held locked and checked all

@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use memarts_protocol::chunk_file::ChunkId;
+use memarts_disk::chunk_file::ChunkId;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
 
@@ -54,7 +54,7 @@ impl ChunkFiles {
     /// The file of chunk `id` (see the module docs).
     pub fn open(&self, id: ChunkId) -> Opened {
         let Some(dir) = self.dir() else { return Opened::Absent };
-        let name = memarts_protocol::chunk_file::chunk_relative_path(id);
+        let name = memarts_disk::chunk_file::chunk_relative_path(id);
         let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOATIME;
         // EPERM (O_NOATIME on another owner's file, for a process without CAP_FOWNER) is no file
         // of ours either: refused like one of another owner, not opened again without the flag.
@@ -84,7 +84,7 @@ impl ChunkFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use memarts_protocol::chunk_file::chunk_path;
+    use memarts_disk::chunk_file::chunk_path;
 
     /// A chunk file (any bytes) of chunk `id` under a new cache's chunks directory.
     fn cache_with(id: ChunkId) -> (tempfile::TempDir, PathBuf, PathBuf) {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use memarts_protocol::layout::socket_path;
+use memarts_disk::layout::socket_path;
 use memarts_protocol::peer::ClusterStatus;
 use memarts_protocol::{
     meta_owner_slot, AdmissionStatus, ListEntry, ListPage, ListRequest, ObjectMeta, ObjectUrl, Request,

@@ -2,7 +2,7 @@
 //!
 //! A chunk file's name is a pure function of (object, ETag, chunk size, index), so a client that
 //! knows an object's ETag can open its chunks itself. The ETag (with the size) comes from the
-//! metadata table the chunk-0 slot publishes (`memarts_protocol::meta_table`), trusted as the slot
+//! metadata table the chunk-0 slot publishes (`memarts_disk::meta_table`), trusted as the slot
 //! trusts it: for the fleet's metadata TTL after it was verified with the origin. Every promise of
 //! the proxy path holds:
 //! - every byte is checked: the header must be the chunk's own (identity bytes and header CRC, as
@@ -40,10 +40,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use memarts_protocol::chunk_file::{chunks_dir, format, ChunkId};
-use memarts_protocol::layout::{meta_table_path, pin_table_path};
-use memarts_protocol::meta_table::{url_key, TableFile};
-use memarts_protocol::pin_table::{Pin, PinFile, PinTable};
+use memarts_disk::chunk_file::{chunks_dir, format, ChunkId};
+use memarts_disk::layout::{meta_table_path, pin_table_path};
+use memarts_disk::meta_table::{url_key, TableFile};
+use memarts_disk::pin_table::{Pin, PinFile, PinTable};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 
 pub(crate) use crate::chunk_check::Found;

@@ -1,7 +1,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use memarts_protocol::layout::{fleet_file, meta_table_path};
-use memarts_protocol::meta_table::{url_key, Published, TableFile};
+use memarts_disk::layout::{fleet_file, meta_table_path};
+use memarts_disk::meta_table::{url_key, Published, TableFile};
 
 use super::Direct;
 

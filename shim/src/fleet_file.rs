@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use memarts_protocol::layout::fleet_file;
+use memarts_disk::layout::fleet_file;
 use serde::Deserialize;
 
 use crate::error::{Error, Result};

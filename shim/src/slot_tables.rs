@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use memarts_protocol::meta_table::TableFile;
-use memarts_protocol::pin_table::PinFile;
+use memarts_disk::meta_table::TableFile;
+use memarts_disk::pin_table::PinFile;
 
 /// A table file is checked for replacement (a slot that started again) at most this often.
 const RECHECK_TABLE: Duration = Duration::from_secs(1);

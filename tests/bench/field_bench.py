@@ -55,7 +55,7 @@ MEMARTS = python_bench.MEMARTS
 SMALL_SCALE = os.environ.get("BENCH_SCALE") == "small"
 BUCKET = "fieldbench"
 KIB = 1 << 10
-# Where a chunk file's data starts: its header padded to a page (protocol's chunk_file ALIGN),
+# Where a chunk file's data starts: its header padded to a page (memarts-disk's chunk_file ALIGN),
 # for identities as short as this dataset's.
 CHUNK_DATA_OFFSET = 4096
 SCALE = {"small": {"per_dir": 400}, "full": {"per_dir": 1000}}["small" if SMALL_SCALE else "full"]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::Ordering;
 
-use memarts_protocol::chunk_file::{chunk_path, chunks_dir, format, ChunkKey};
+use memarts_disk::chunk_file::{chunk_path, chunks_dir, format, ChunkKey};
 use memarts_protocol::ObjectUrl;
 use memarts_shim::Client;
 

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use memarts_protocol::chunk_file::{chunk_path, chunks_dir, ChunkId};
+use memarts_disk::chunk_file::{chunk_path, chunks_dir, ChunkId};
 use memarts_protocol::ObjectUrl;
 use memarts_shim::{Client, ShimConfig};
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memarts_protocol::chunk_file::{chunk_relative_path, ChunkId};
+use memarts_disk::chunk_file::{chunk_relative_path, ChunkId};
 
 use crate::common::fault_relay::{Fault, FaultRelay, Match};
 use crate::common::files::files_below;

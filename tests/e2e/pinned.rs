@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memarts_protocol::chunk_file::{chunk_path, chunks_dir, ChunkId};
-use memarts_protocol::layout::pin_table_path;
+use memarts_disk::chunk_file::{chunk_path, chunks_dir, ChunkId};
+use memarts_disk::layout::pin_table_path;
 use memarts_shim::Client;
 
 use crate::common::{moto, pattern, Fleet};
@@ -109,8 +109,7 @@ fn chunks_read_directly_get_pinned_and_their_reads_skip_the_crc_only_while_the_p
         .unwrap();
     }
     for slot in 0..2 {
-        let table =
-            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        let table = memarts_disk::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         while table.table().owner_alive() {
             assert!(Instant::now() < deadline, "slot {slot}'s pins outlived it");
@@ -234,8 +233,7 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
     // Every pin left is of a chunk still cached, in the very file pinned.
     let mut pins = 0;
     for slot in 0..2 {
-        let table =
-            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        let table = memarts_disk::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
         for (id, stamp) in table.table().pinned() {
             let file = chunk_path(&chunks_dir(&fleet.cache_dir), ChunkId(id));
             let meta = std::fs::metadata(&file)
@@ -273,8 +271,7 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
     }
     let mut pinned = 0;
     for slot in 0..2 {
-        let table =
-            memarts_protocol::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
+        let table = memarts_disk::pin_table::PinFile::open(&pin_table_path(&fleet.run_dir, slot)).unwrap();
         let bytes: u64 = table.table().pinned().iter().map(|(_, s)| s.size.next_multiple_of(4096)).sum();
         assert!(bytes <= MIB as u64, "slot {slot} pinned {bytes} bytes, over its 1 MiB");
         pinned += table.table().pinned().len();

@@ -23,7 +23,7 @@ mod docs {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let map = std::fs::read_to_string(root.join("docs/ARCHITECTURE.md")).unwrap();
         let mut files = Vec::new();
-        for krate in ["protocol", "settings", "shim", "session", "shim/python", "proxy", "ops"] {
+        for krate in ["protocol", "disk", "settings", "shim", "session", "shim/python", "proxy", "ops"] {
             sources(&root.join(krate).join("src"), &mut files);
         }
         let missing: Vec<String> = files

@@ -1,8 +1,9 @@
 //! The SSD chunk store: 1 MiB chunks of origin objects kept as files on local disk.
 //!
 //! - [`ChunkKey`] / [`ChunkId`] and [`mod@format`]: a chunk's identity, its 128-bit hash and the chunk
-//!   file format (checksummed header bound to the key, page-aligned data). They live in
-//!   `memarts_protocol::chunk_file`, since shims read chunk files too (a direct hit).
+//!   file format (checksummed header bound to the key, page-aligned data), and [`mod@verify`], the
+//!   checks a chunk file passes. They live in `memarts_disk::chunk_file`, since shims read and
+//!   check chunk files too (a direct hit), by the same rules.
 //! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
 //!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
 //!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);
@@ -29,9 +30,9 @@ mod crash_tests;
 pub use engine::{
     select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, UnknownEngine, DEFAULT_URING_ENTRIES,
 };
-pub use memarts_protocol::chunk_file::format;
-pub use memarts_protocol::chunk_file::format::{FormatError, Header};
-pub use memarts_protocol::chunk_file::{ChunkId, ChunkKey};
+pub use memarts_disk::chunk_file::format::{FormatError, Header};
+pub use memarts_disk::chunk_file::{format, verify};
+pub use memarts_disk::chunk_file::{ChunkId, ChunkKey};
 pub use pread::PreadEngine;
 pub use scan::{Scan, ScanReport, ScannedChunk};
 pub use store::{CachedChunk, ChunkStore, StoreError};

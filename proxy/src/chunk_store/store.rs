@@ -31,6 +31,7 @@ use super::files::{describe, publish, remove_entry, rename_into, writer_alive};
 use super::format::{self, FormatError};
 use super::pread::run_blocking;
 use super::scan::Scan;
+use super::verify;
 use super::{ChunkId, ChunkKey};
 use crate::cache_root::{remove_files_where, CacheRoot};
 
@@ -96,7 +97,7 @@ impl ChunkStore {
     /// nothing else), through the checked descriptor of `tmp`. Blocking.
     pub fn open_in(tree: &CacheRoot, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
         let root = tree.path().to_path_buf();
-        let chunks = memarts_protocol::chunk_file::chunks_dir(&root);
+        let chunks = memarts_disk::chunk_file::chunks_dir(&root);
         let tmp = tree.path_of("tmp");
         tree.subdir("chunks")?;
         let removed = remove_files_where(&tree.subdir("tmp")?, |name| !writer_alive(name))?;
@@ -123,7 +124,7 @@ impl ChunkStore {
 
     /// Where the chunk `id` lives (whether or not it exists).
     pub fn path_of(&self, id: ChunkId) -> PathBuf {
-        memarts_protocol::chunk_file::chunk_path(&self.chunks, id)
+        memarts_disk::chunk_file::chunk_path(&self.chunks, id)
     }
 
     /// Where the two-level layout kept the chunk `id`: `<hex[0..2]>/<hex[2..4]>/<hex>`.
@@ -273,26 +274,16 @@ impl ChunkStore {
             }
         };
         let file = Arc::new(file);
-        match self.read_header(&file, file_len).await {
-            Ok(Ok(header)) if !header.matches(key) => {
-                Err(self.discard(id, &file, "header identity is another chunk's".into()).await)
-            }
-            Ok(Ok(header)) => match header.end() {
-                Some(end) if end <= file_len => Ok(Some(CachedChunk {
-                    id,
-                    file,
-                    data_offset: header.data_offset,
-                    len: header.data_len,
-                    crc32c: header.data_crc32c,
-                    flags: header.flags,
-                })),
-                _ => {
-                    let reason =
-                        format!("file is {file_len} bytes, header claims {} of data", header.data_len);
-                    Err(self.discard(id, &file, reason).await)
-                }
-            },
-            Ok(Err(e)) => Err(self.discard(id, &file, format!("bad header: {e}")).await),
+        match self.read_header(&file, file_len, &key.identity_bytes()).await {
+            Ok(Ok(data)) => Ok(Some(CachedChunk {
+                id,
+                file,
+                data_offset: data.offset,
+                len: data.len,
+                crc32c: data.crc32c,
+                flags: data.flags,
+            })),
+            Ok(Err(invalid)) => Err(self.discard(id, &file, invalid.to_string()).await),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 Err(self.discard(id, &file, "file shrank while reading its header".into()).await)
             }
@@ -300,21 +291,26 @@ impl ChunkStore {
         }
     }
 
-    /// Reads the header: one 4096-byte read, a second one only for very long identities.
+    /// Reads the header, checked ([`verify`]: the chunk's own, `identity`, with its data within
+    /// the file): one 4096-byte read, a second one only for very long identities.
     async fn read_header(
         &self,
         file: &Arc<File>,
         file_len: u64,
-    ) -> io::Result<Result<format::Header, FormatError>> {
+        identity: &[u8],
+    ) -> io::Result<Result<verify::Data, verify::Invalid>> {
         let first = file_len.min(format::ALIGN) as usize;
         let bytes = self.engine.read_at(Arc::clone(file), 0, first).await?;
-        match format::decode_header(&bytes) {
-            Err(FormatError::Truncated { needed, .. }) if needed > first && needed as u64 <= file_len => {
+        let checked = match verify::header(&bytes, identity) {
+            Err(verify::Invalid::Header(FormatError::Truncated { needed, .. }))
+                if needed > first && needed as u64 <= file_len =>
+            {
                 let bytes = self.engine.read_at(Arc::clone(file), 0, needed).await?;
-                Ok(format::decode_header(&bytes))
+                verify::header(&bytes, identity)
             }
-            decoded => Ok(decoded),
-        }
+            checked => checked,
+        };
+        Ok(checked.and_then(|data| verify::fits_file(&data, file_len).map(|()| data)))
     }
 
     /// Reads the chunk's data and checks its CRC32C. On a mismatch (or a file that shrank)
@@ -328,10 +324,14 @@ impl ChunkStore {
             }
             Err(e) => return Err(e.into()),
         };
-        let crc = memarts_protocol::crc32c(&data);
-        if crc != chunk.crc32c {
-            let reason = format!("data CRC32C {crc:#010x}, header says {:#010x}", chunk.crc32c);
-            return Err(self.discard(chunk.id, &chunk.file, reason).await);
+        let header = verify::Data {
+            offset: chunk.data_offset,
+            len: chunk.len,
+            crc32c: chunk.crc32c,
+            flags: chunk.flags,
+        };
+        if let Err(invalid) = verify::data(&header, &data) {
+            return Err(self.discard(chunk.id, &chunk.file, invalid.to_string()).await);
         }
         Ok(data)
     }

@@ -11,7 +11,7 @@ use super::{ConfigError, FleetConfig};
 
 impl FleetConfig {
     pub fn fleet_file(&self) -> PathBuf {
-        memarts_protocol::layout::fleet_file(&self.run_dir)
+        memarts_disk::layout::fleet_file(&self.run_dir)
     }
 
     /// Reads `fleet.json` as [`FleetConfig::write_fleet_file`] wrote it.

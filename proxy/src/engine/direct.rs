@@ -1,13 +1,13 @@
 //! Direct hits: a shim of the fleet's uid reads a warm object straight from its chunk files, with no
 //! round trip to a proxy. The slot's part is to publish what the shim needs to name those files (its
-//! metadata, in the table `meta_cache.rs` writes: see `memarts_protocol::meta_table`) and to hear, in
+//! metadata, in the table `meta_cache.rs` writes: see `memarts_disk::meta_table`) and to hear, in
 //! batches, which chunks were read that way (`Request::Touched`), so that its counters and its
 //! eviction see those reads as the hits they were: what is read stays, what is not goes.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use memarts_protocol::chunk_file::ChunkId;
+use memarts_disk::chunk_file::ChunkId;
 
 use memarts_protocol::Touch;
 
@@ -73,7 +73,7 @@ impl Engine {
     }
 
     /// Counts the reads shims noted in the pin table since the last call (reads of pinned chunks
-    /// are noted there, not reported: `memarts_protocol::pin_table`), as [`Engine::touched`] counts
+    /// are noted there, not reported: `memarts_disk::pin_table`), as [`Engine::touched`] counts
     /// reported ones: every `PINNED_READS_EVERY`, and before the counters are shown
     /// ([`Engine::status`]). Returns how many reads were counted.
     pub fn count_pinned_reads(&self) -> u64 {

@@ -1,7 +1,7 @@
 //! Metadata cache: stat results trusted for a TTL, then revalidated with the origin. Bounded in entries.
 //!
 //! In a fleet's slot, every entry put, loaded or invalidated is also published in the slot's
-//! metadata table (`memarts_protocol::meta_table`), from which shims of the fleet's uid read a warm
+//! metadata table (`memarts_disk::meta_table`), from which shims of the fleet's uid read a warm
 //! object with no round trip; the cache's lock makes it the table's single writer.
 //!
 //! A slot that stops gracefully saves its fresh entries ([`MetaCache::save`]) and the next slot of
@@ -271,7 +271,7 @@ mod tests {
     /// with when it was verified.
     #[test]
     fn entries_are_published_in_the_table_shims_read() {
-        use memarts_protocol::meta_table::{url_key, TableFile};
+        use memarts_disk::meta_table::{url_key, TableFile};
         let dir = tempfile::tempdir().unwrap();
         let cache = MetaCache::new(Duration::from_secs(60), 10);
         cache.put("s3://b/held".into(), meta("\"h\""));
@@ -330,8 +330,8 @@ mod tests {
         assert_eq!(late.load(&path).unwrap(), 2);
         assert_eq!((late.get("old"), late.get("new")), (None, None), "expired entries trusted");
         assert_eq!(late.get_stale("new"), Some(meta("2")));
-        let published = memarts_protocol::meta_table::TableFile::open(&table).unwrap();
-        assert!(published.table().lookup(memarts_protocol::meta_table::url_key("new")).is_none());
+        let published = memarts_disk::meta_table::TableFile::open(&table).unwrap();
+        assert!(published.table().lookup(memarts_disk::meta_table::url_key("new")).is_none());
         late.put_confirmed("new".into(), meta("3"), Duration::from_millis(100));
         assert_eq!(late.get("new"), Some(meta("3")), "a listing's confirmation replaces an expired entry");
 

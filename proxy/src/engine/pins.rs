@@ -1,5 +1,5 @@
 //! Pinned chunks: chunks that shims read directly, held locked in memory and checked once, so that
-//! their readers need not check them again (`memarts_protocol::pin_table` says why that is sound).
+//! their readers need not check them again (`memarts_disk::pin_table` says why that is sound).
 //!
 //! The slot pins what it hears was read again (`Request::Touched`; `Engine::touched` queues only
 //! chunks read before), within its share of the pin budget (`pin_memory`), on one blocking thread
@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use memarts_protocol::chunk_file::{format, ChunkKey};
-use memarts_protocol::pin_table::{OwnerLock, PinFile, Stamp};
+use memarts_disk::chunk_file::{format, verify, ChunkKey};
+use memarts_disk::pin_table::{OwnerLock, PinFile, Stamp};
 
 /// A file changed this recently is not pinned yet: a write in the same tick of the kernel's coarse
 /// clock could leave its times as they were.
@@ -224,7 +224,7 @@ impl Pins {
         Some((map, len))
     }
 
-    /// The reads shims noted of the chunks pinned ([`memarts_protocol::pin_table::PinTable::note_read`])
+    /// The reads shims noted of the chunks pinned ([`memarts_disk::pin_table::PinTable::note_read`])
     /// since the last call: (chunk, reads, data length) of each chunk read. They count for CLOCK
     /// here as reads heard in a report do.
     pub fn take_reads(&self) -> Vec<(u128, u64, u64)> {
@@ -298,10 +298,11 @@ fn check_file(file: &File, id: u128, len: usize) -> Option<u64> {
     if ChunkKey::decode_identity(raw.identity)?.id().0 != id {
         return None;
     }
-    let (start, data_len) = (usize::try_from(raw.data_offset).ok()?, raw.data_len);
+    let data = verify::Data::from(&raw);
+    verify::fits_file(&data, len as u64).ok()?;
+    let (start, data_len) = (usize::try_from(data.offset).ok()?, data.len);
     let end = start.checked_add(usize::try_from(data_len).ok()?)?;
-    let want = raw.data_crc32c;
-    if start > buf.len() || end > len {
+    if start > buf.len() {
         return None;
     }
     let mut crc = memarts_protocol::Crc32c::default();
@@ -313,7 +314,7 @@ fn check_file(file: &File, id: u128, len: usize) -> Option<u64> {
         crc.update(piece);
         at += piece.len();
     }
-    (crc.finish() == want).then_some(data_len)
+    verify::data_crc(&data, crc.finish()).ok().map(|()| data_len)
 }
 
 /// The default pin budget of a fleet: a sixteenth of the machine's memory.

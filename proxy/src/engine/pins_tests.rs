@@ -1,6 +1,6 @@
 use super::*;
 
-use memarts_protocol::chunk_file::ChunkKey;
+use memarts_disk::chunk_file::ChunkKey;
 
 fn key(index: u64) -> ChunkKey {
     ChunkKey {

@@ -27,8 +27,8 @@ pub struct ChunkKey {
 
 impl ChunkKey {
     /// The key of chunk `index` of the version `etag` of `url`, cut at `chunk_size`. Its id equals
-    /// [`crate::chunk_id`], which shims use to route the chunk to its owning slot.
-    pub fn new(url: &crate::ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> ChunkKey {
+    /// [`memarts_protocol::chunk_id`], which shims use to route the chunk to its owning slot.
+    pub fn new(url: &memarts_protocol::ObjectUrl, etag: &str, chunk_size: u64, index: u64) -> ChunkKey {
         ChunkKey {
             origin: url.kind.as_str().to_string(),
             bucket: url.bucket.clone(),
@@ -39,9 +39,9 @@ impl ChunkKey {
         }
     }
 
-    /// The chunk's id, as [`crate::chunk_id_of`] computes it for routing.
+    /// The chunk's id, as [`memarts_protocol::chunk_id_of`] computes it for routing.
     pub fn id(&self) -> ChunkId {
-        ChunkId(crate::chunk_id_of(
+        ChunkId(memarts_protocol::chunk_id_of(
             &self.origin,
             &self.bucket,
             &self.key,
@@ -147,9 +147,12 @@ mod tests {
     #[test]
     fn id_matches_the_protocol_routing_id() {
         for url in ["s3://bkt/dir/a.jpg", "/data/x", "obs://b/k"] {
-            let url = crate::ObjectUrl::parse(url).unwrap();
+            let url = memarts_protocol::ObjectUrl::parse(url).unwrap();
             for (etag, cs, idx) in [("e1", 1u64 << 20, 0u64), ("\"abc\"", 65536, 17)] {
-                assert_eq!(ChunkKey::new(&url, etag, cs, idx).id().0, crate::chunk_id(&url, etag, cs, idx));
+                assert_eq!(
+                    ChunkKey::new(&url, etag, cs, idx).id().0,
+                    memarts_protocol::chunk_id(&url, etag, cs, idx)
+                );
             }
         }
     }

@@ -1,6 +1,6 @@
-//! The run directory layout: where a fleet's sockets and `fleet.json` live. Both the proxies (which
-//! create them) and the shims (which find them) name these paths through this module only. (Which
-//! run dir, by default, is a setting: `memarts_settings`.)
+//! The run directory layout: where a fleet's sockets, `fleet.json` and the tables its slots publish
+//! live. Both the proxies (which create them) and the shims (which find them) name these paths
+//! through this module only. (Which run dir, by default, is a setting: `memarts_settings`.)
 
 use std::path::{Path, PathBuf};
 

@@ -34,8 +34,11 @@
 //!
 //! An entry lives in one of [`PROBES`] consecutive places from `key % capacity`; a writer takes the
 //! URL's own place, else a free one, else the least recently verified one of those places.
+//! (The header, the seqlocked entries and the probing are every shared table's: `crate::seq_table`.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::seq_table::{BadHeader, Claim, SeqTable, Shape};
 
 mod file;
 pub use file::TableFile;
@@ -54,27 +57,28 @@ pub const PROBES: usize = 8;
 /// proxy, as before).
 pub const MAX_ETAG: usize = 64;
 
-const SHAPE: crate::shared_file::Shape = crate::shared_file::Shape {
+/// Header word of the TTL.
+const TTL: usize = 3;
+
+static SHAPE: Shape = Shape {
     magic: MAGIC,
     version: VERSION,
     header_words: HEADER_WORDS,
     entry_words: ENTRY_WORDS,
+    superseded: 4,
+    probes: PROBES,
 };
 
-impl From<crate::shared_file::BadHeader> for TableError {
-    fn from(bad: crate::shared_file::BadHeader) -> Self {
+impl From<BadHeader> for TableError {
+    fn from(bad: BadHeader) -> Self {
         match bad {
-            crate::shared_file::BadHeader::NotATable => TableError::NotATable,
-            crate::shared_file::BadHeader::BadCapacity(c) => TableError::BadCapacity(c),
+            BadHeader::NotATable => TableError::NotATable,
+            BadHeader::BadCapacity(c) => TableError::BadCapacity(c),
         }
     }
 }
 
-/// Header word set once a newer table replaced this one.
-const SUPERSEDED: usize = 4;
-
-const KEY_LO: usize = 1;
-const KEY_HI: usize = 2;
+// Entry words after the key (words 1 and 2, `crate::seq_table`).
 const SIZE: usize = 3;
 const VERIFIED: usize = 4;
 const ETAG_LEN: usize = 5;
@@ -130,8 +134,7 @@ pub enum TableError {
 /// A table over mapped words (see the module docs). Reading is safe from any number of threads and
 /// processes; [`MetaTable::publish`] and [`MetaTable::withdraw`] need a single writer at a time.
 pub struct MetaTable<'a> {
-    words: &'a [AtomicU64],
-    capacity: usize,
+    table: SeqTable<'a>,
     ttl_ms: u64,
 }
 
@@ -139,18 +142,19 @@ impl<'a> MetaTable<'a> {
     /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
     /// to a power of two.
     pub fn init(words: &'a [AtomicU64], ttl_ms: u64) -> Result<MetaTable<'a>, TableError> {
-        let capacity = SHAPE.init(words, |w| w[3].store(ttl_ms, Ordering::Relaxed))?;
-        Ok(MetaTable { words, capacity, ttl_ms })
+        let table = SeqTable::init(words, &SHAPE, |w| w[TTL].store(ttl_ms, Ordering::Relaxed))?;
+        Ok(MetaTable { table, ttl_ms })
     }
 
     /// Opens the table in `words`, checking its header.
     pub fn open(words: &'a [AtomicU64]) -> Result<MetaTable<'a>, TableError> {
-        let capacity = SHAPE.open(words)?;
-        Ok(MetaTable { words, capacity, ttl_ms: words[3].load(Ordering::Relaxed) })
+        let table = SeqTable::open(words, &SHAPE)?;
+        let ttl_ms = table.header()[TTL].load(Ordering::Relaxed);
+        Ok(MetaTable { table, ttl_ms })
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.table.capacity()
     }
 
     /// How long an entry is trusted after its verification (the fleet's metadata TTL).
@@ -161,36 +165,38 @@ impl<'a> MetaTable<'a> {
     /// Tells the readers that a newer table is in this one's place (its writer publishes there
     /// from now on), so that they map it at once rather than at their next periodic look.
     pub fn mark_superseded(&self) {
-        self.words[SUPERSEDED].store(1, Ordering::Release);
+        self.table.mark_superseded();
     }
 
     /// Whether the writer put a newer table in this one's place ([`MetaTable::mark_superseded`]).
     /// A table of an older writer never says so; its readers find a new one by looking again.
     pub fn superseded(&self) -> bool {
-        self.words[SUPERSEDED].load(Ordering::Acquire) != 0
-    }
-
-    fn entry(&self, place: usize) -> &'a [AtomicU64] {
-        let start = HEADER_WORDS + (place & (self.capacity - 1)) * ENTRY_WORDS;
-        &self.words[start..start + ENTRY_WORDS]
-    }
-
-    fn places(&self, key: u128) -> impl Iterator<Item = &'a [AtomicU64]> + '_ {
-        let home = key as usize;
-        (0..PROBES.min(self.capacity)).map(move |i| self.entry(home.wrapping_add(i)))
+        self.table.superseded()
     }
 
     /// What the table says of the URL hashed to `key` (see [`url_key`]), whatever its age: the caller
-    /// checks `verified_ms` against [`MetaTable::ttl_ms`].
+    /// checks `verified_ms` against [`MetaTable::ttl_ms`]. `None` also when a writer kept changing
+    /// the entry (the caller asks the proxy).
     pub fn lookup(&self, key: u128) -> Option<Published> {
-        for entry in self.places(key) {
-            match read_entry(entry)? {
-                EntryState::Never => return None,
-                EntryState::Holds(k, published) if k == key => return Some(published),
-                EntryState::Holds(..) => {}
+        let read = |entry: &[AtomicU64]| {
+            let mut etag = [0u8; MAX_ETAG];
+            for (i, w) in entry[ETAG..ETAG + ETAG_WORDS].iter().enumerate() {
+                etag[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
             }
-        }
-        None
+            let fields = (
+                entry[SIZE].load(Ordering::Relaxed),
+                entry[VERIFIED].load(Ordering::Relaxed),
+                entry[ETAG_LEN].load(Ordering::Relaxed),
+                entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64,
+            );
+            (etag, fields)
+        };
+        // A consistent copy; what it holds is checked as any input is.
+        let decode = |(etag, (size, verified_ms, len, last_modified_ms)): ([u8; MAX_ETAG], _)| {
+            let etag = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok())?;
+            Some(Published { size, etag: etag.to_string(), last_modified_ms, verified_ms })
+        };
+        self.table.find(key, read, decode).map(|found| found.fields)
     }
 
     /// Publishes `published` for the URL hashed to `key`, and says how; nothing is written for an
@@ -204,34 +210,14 @@ impl<'a> MetaTable<'a> {
             }
             return Publish::Skipped;
         }
-        let mut free = None;
-        let mut oldest: Option<(u64, &[AtomicU64])> = None;
-        let mut own = None;
-        for entry in self.places(key) {
-            let (k, verified) = (key_of(entry), entry[VERIFIED].load(Ordering::Relaxed));
-            if k == key {
-                own = Some(entry);
-                break;
-            }
-            if k == 0 {
-                free.get_or_insert(entry);
-            } else if oldest.is_none_or(|(at, _)| verified < at) {
-                oldest = Some((verified, entry));
-            }
-        }
-        let (entry, how) = match (own, free, oldest) {
-            (Some(e), ..) => (e, Publish::Updated),
-            (None, Some(e), _) => (e, Publish::Added),
-            (None, None, Some((_, e))) => (e, Publish::Displaced),
-            (None, None, None) => return Publish::Skipped,
+        let Some((place, how)) = self.table.claim(key, Some(VERIFIED)) else {
+            return Publish::Skipped;
         };
         let mut etag_words = [0u64; ETAG_WORDS];
         for (i, b) in etag.iter().enumerate() {
             etag_words[i / 8] |= u64::from(*b) << (8 * (i % 8));
         }
-        crate::seqlock::write(entry, |e| {
-            e[KEY_LO].store(key as u64, Ordering::Relaxed);
-            e[KEY_HI].store((key >> 64) as u64, Ordering::Relaxed);
+        self.table.write(place, key, |e| {
             e[SIZE].store(published.size, Ordering::Relaxed);
             e[VERIFIED].store(published.verified_ms, Ordering::Relaxed);
             e[ETAG_LEN].store(etag.len() as u64, Ordering::Relaxed);
@@ -240,63 +226,18 @@ impl<'a> MetaTable<'a> {
                 w.store(v, Ordering::Relaxed);
             }
         });
-        how
+        match how {
+            Claim::Own => Publish::Updated,
+            Claim::Free => Publish::Added,
+            Claim::Displaced => Publish::Displaced,
+        }
     }
 
     /// Removes what the table says of the URL hashed to `key` (the object changed or is gone);
     /// whether it said anything. Single writer.
     pub fn withdraw(&self, key: u128) -> bool {
-        let mut found = false;
-        for entry in self.places(key) {
-            if key_of(entry) == key {
-                crate::seqlock::write(entry, |e| {
-                    e[KEY_LO].store(0, Ordering::Relaxed);
-                    e[KEY_HI].store(0, Ordering::Relaxed);
-                });
-                found = true;
-            }
-        }
-        found
+        self.table.withdraw(key)
     }
-}
-
-/// The writer's view of an entry's key (it is the only writer, so no sequence check is needed).
-fn key_of(entry: &[AtomicU64]) -> u128 {
-    u128::from(entry[KEY_LO].load(Ordering::Relaxed))
-        | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
-}
-
-enum EntryState {
-    Never,
-    Holds(u128, Published),
-}
-
-/// A consistent copy of an entry; `None` when a writer kept changing it (the caller asks the proxy).
-fn read_entry(entry: &[AtomicU64]) -> Option<EntryState> {
-    let copy = crate::seqlock::read(entry, |entry| {
-        let key = u128::from(entry[KEY_LO].load(Ordering::Relaxed))
-            | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64;
-        let mut etag = [0u8; MAX_ETAG];
-        for (i, w) in entry[ETAG..ETAG + ETAG_WORDS].iter().enumerate() {
-            etag[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-        }
-        let fields = (
-            entry[SIZE].load(Ordering::Relaxed),
-            entry[VERIFIED].load(Ordering::Relaxed),
-            entry[ETAG_LEN].load(Ordering::Relaxed),
-            entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64,
-        );
-        (key, etag, fields)
-    })?;
-    let (key, etag, (size, verified_ms, len, last_modified_ms)) = match copy {
-        crate::seqlock::Read::Never => return Some(EntryState::Never),
-        crate::seqlock::Read::Holds(copy, _) => copy,
-    };
-    // A consistent copy; what it holds is checked as any input is.
-    let Some(etag) = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok()) else {
-        return Some(EntryState::Holds(0, Published::default()));
-    };
-    Some(EntryState::Holds(key, Published { size, etag: etag.to_string(), last_modified_ms, verified_ms }))
 }
 
 #[cfg(test)]
@@ -377,9 +318,8 @@ mod tests {
         let k = url_key("s3://b/x");
         table.publish(k, &published("e", 1));
         for i in 0..8 {
-            let e = table.entry(i);
-            if key_of(e) == k {
-                e[ETAG_LEN].store(1000, Ordering::Relaxed);
+            if table.table.key_at(i) == k {
+                table.table.entry(i)[ETAG_LEN].store(1000, Ordering::Relaxed);
             }
         }
         assert_eq!(table.lookup(k), None);

@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -75,57 +75,4 @@ impl SharedWords {
 fn identity(file: &File) -> io::Result<(u64, u64)> {
     let meta = file.metadata()?;
     Ok((meta.dev(), meta.ino()))
-}
-
-/// The header every shared table starts with: word 0 its magic, word 1 its layout version, word 2
-/// its capacity in entries (a power of two), then the table's own words up to `header_words`.
-pub(crate) struct Shape {
-    pub magic: u64,
-    pub version: u64,
-    pub header_words: usize,
-    pub entry_words: usize,
-}
-
-/// Why words do not hold a table of a [`Shape`].
-pub(crate) enum BadHeader {
-    NotATable,
-    BadCapacity(u64),
-}
-
-impl Shape {
-    /// Writes the header into `words` (all zero: a new file) for as many entries as fit, rounded
-    /// down to a power of two, with `own` writing the table's own header words before the magic
-    /// goes in last (a reader that sees it sees the rest); returns the capacity.
-    pub fn init(&self, words: &[AtomicU64], own: impl FnOnce(&[AtomicU64])) -> Result<usize, BadHeader> {
-        let fit = words.len().saturating_sub(self.header_words) / self.entry_words;
-        if fit == 0 {
-            return Err(BadHeader::BadCapacity(0));
-        }
-        let capacity = 1usize << fit.ilog2();
-        words[1].store(self.version, Ordering::Relaxed);
-        words[2].store(capacity as u64, Ordering::Relaxed);
-        own(words);
-        words[0].store(self.magic, Ordering::Release);
-        Ok(capacity)
-    }
-
-    /// Checks the header in `words`; returns the capacity.
-    pub fn open(&self, words: &[AtomicU64]) -> Result<usize, BadHeader> {
-        if words.len() < self.header_words
-            || words[0].load(Ordering::Acquire) != self.magic
-            || words[1].load(Ordering::Relaxed) != self.version
-        {
-            return Err(BadHeader::NotATable);
-        }
-        let capacity = words[2].load(Ordering::Relaxed);
-        let fits = usize::try_from(capacity)
-            .ok()
-            .and_then(|c| c.checked_mul(self.entry_words))
-            .and_then(|w| w.checked_add(self.header_words))
-            .is_some_and(|w| w <= words.len());
-        if !capacity.is_power_of_two() || !fits {
-            return Err(BadHeader::BadCapacity(capacity));
-        }
-        Ok(capacity as usize)
-    }
 }

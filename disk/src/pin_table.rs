@@ -24,7 +24,7 @@
 //!
 //! One file per slot (`<run dir>/pins-<slot>.table`, 0600), mapped shared; the slot is its only
 //! writer but for the read counts, which readers add to. Entries are seqlocked as in `meta_table`
-//! (crate::seqlock); the read count is outside what the sequence number guards.
+//! (`crate::seq_table`); the read count is outside what the sequence number guards.
 //!
 //! Layout (words of 8 bytes in the machine's byte order: the table never leaves its machine):
 //!
@@ -53,7 +53,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::seqlock;
+use crate::seq_table::{BadHeader, SeqTable, Shape};
 use crate::shared_file::SharedWords;
 
 /// Word 0 of every pin table.
@@ -67,11 +67,9 @@ pub const ENTRY_WORDS: usize = 8;
 /// Places an entry may occupy, from its home place on.
 pub const PROBES: usize = 8;
 
-const SUPERSEDED: usize = 3;
 const OWNER: usize = 8;
 const OWNER_WORDS: usize = 8;
-const ID_LO: usize = 1;
-const ID_HI: usize = 2;
+// Entry words after the chunk id (words 1 and 2, `crate::seq_table`).
 const INO: usize = 3;
 const SIZE: usize = 4;
 const MTIME: usize = 5;
@@ -88,18 +86,20 @@ pub fn table_len(capacity: usize) -> usize {
     (HEADER_WORDS + capacity * ENTRY_WORDS) * 8
 }
 
-const SHAPE: crate::shared_file::Shape = crate::shared_file::Shape {
+static SHAPE: Shape = Shape {
     magic: MAGIC,
     version: VERSION,
     header_words: HEADER_WORDS,
     entry_words: ENTRY_WORDS,
+    superseded: 3,
+    probes: PROBES,
 };
 
-impl From<crate::shared_file::BadHeader> for PinTableError {
-    fn from(bad: crate::shared_file::BadHeader) -> Self {
+impl From<BadHeader> for PinTableError {
+    fn from(bad: BadHeader) -> Self {
         match bad {
-            crate::shared_file::BadHeader::NotATable => PinTableError::NotATable,
-            crate::shared_file::BadHeader::BadCapacity(c) => PinTableError::BadCapacity(c),
+            BadHeader::NotATable => PinTableError::NotATable,
+            BadHeader::BadCapacity(c) => PinTableError::BadCapacity(c),
         }
     }
 }
@@ -146,32 +146,30 @@ pub enum PinTableError {
 /// A pin table over mapped words (see the module docs). Reading is safe from any number of threads
 /// and processes; [`PinTable::pin`] and [`PinTable::unpin`] need a single writer at a time.
 pub struct PinTable<'a> {
-    words: &'a [AtomicU64],
-    capacity: usize,
+    table: SeqTable<'a>,
 }
 
 impl<'a> PinTable<'a> {
     /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
     /// to a power of two. The owner lock is left for [`PinFile::create`] to set up.
     pub fn init(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        let capacity = SHAPE.init(words, |_| {})?;
-        Ok(PinTable { words, capacity })
+        Ok(PinTable { table: SeqTable::init(words, &SHAPE, |_| {})? })
     }
 
     /// Opens the table in `words`, checking its header.
     pub fn open(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        Ok(PinTable { words, capacity: SHAPE.open(words)? })
+        Ok(PinTable { table: SeqTable::open(words, &SHAPE)? })
     }
 
     pub fn capacity(&self) -> usize {
-        self.capacity
+        self.table.capacity()
     }
 
     /// Whether the slot that writes this table is alive: its owner lock is held, by a thread that
     /// has not exited. A table whose lock was never taken (a slot that could not, or not yet) has no
     /// living owner either.
     pub fn owner_alive(&self) -> bool {
-        let word = self.words[OWNER].load(Ordering::Acquire);
+        let word = self.table.header()[OWNER].load(Ordering::Acquire);
         // The futex word is the first 4 bytes of the lock.
         let futex = if cfg!(target_endian = "little") { word as u32 } else { (word >> 32) as u32 };
         futex & FUTEX_TID_MASK != 0 && futex & FUTEX_OWNER_DIED == 0
@@ -179,94 +177,45 @@ impl<'a> PinTable<'a> {
 
     /// Tells the readers that a newer table is in this one's place.
     pub fn mark_superseded(&self) {
-        self.words[SUPERSEDED].store(1, Ordering::Release);
+        self.table.mark_superseded();
     }
 
     pub fn superseded(&self) -> bool {
-        self.words[SUPERSEDED].load(Ordering::Acquire) != 0
-    }
-
-    fn entry(&self, place: usize) -> &'a [AtomicU64] {
-        let start = HEADER_WORDS + (place & (self.capacity - 1)) * ENTRY_WORDS;
-        &self.words[start..start + ENTRY_WORDS]
-    }
-
-    fn places(&self, id: u128) -> impl Iterator<Item = usize> + '_ {
-        let home = id as usize;
-        (0..PROBES.min(self.capacity)).map(move |i| home.wrapping_add(i) & (self.capacity - 1))
+        self.table.superseded()
     }
 
     /// The pin of chunk `id`, if its slot holds one (alive or not: see [`PinTable::held`]).
     pub fn lookup(&self, id: u128) -> Option<Pin> {
-        if id == 0 {
-            return None;
-        }
-        for place in self.places(id) {
-            let read = seqlock::read(self.entry(place), |e| {
-                let id = u128::from(e[ID_LO].load(Ordering::Relaxed))
-                    | u128::from(e[ID_HI].load(Ordering::Relaxed)) << 64;
-                let stamp = Stamp {
-                    ino: e[INO].load(Ordering::Relaxed),
-                    size: e[SIZE].load(Ordering::Relaxed),
-                    mtime_ns: e[MTIME].load(Ordering::Relaxed) as i64,
-                    ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
-                };
-                (id, stamp)
-            })?;
-            match read {
-                seqlock::Read::Never => return None,
-                seqlock::Read::Holds((found, stamp), seq) if found == id => {
-                    return Some(Pin { stamp, place, seq });
-                }
-                seqlock::Read::Holds(..) => {}
-            }
-        }
-        None
+        let read = |e: &[AtomicU64]| Stamp {
+            ino: e[INO].load(Ordering::Relaxed),
+            size: e[SIZE].load(Ordering::Relaxed),
+            mtime_ns: e[MTIME].load(Ordering::Relaxed) as i64,
+            ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
+        };
+        let found = self.table.find(id, read, Some)?;
+        Some(Pin { stamp: found.fields, place: found.place, seq: found.seq })
     }
 
     /// Whether `pin` still holds: its entry unchanged since it was found, and its slot alive. A
     /// read made between finding a pin and this answer being true read pages that were locked in
     /// memory all along.
     pub fn held(&self, pin: &Pin) -> bool {
-        seqlock::unchanged(self.entry(pin.place), pin.seq) && self.owner_alive()
+        self.table.unchanged(pin.place, pin.seq) && self.owner_alive()
     }
 
     /// Every chunk pinned now and its file's stamp (a scan of the whole table: for tests and tools).
     pub fn pinned(&self) -> Vec<(u128, Stamp)> {
         let ids: Vec<u128> =
-            (0..self.capacity).map(|place| self.id_at(place)).filter(|&id| id != 0).collect();
+            (0..self.capacity()).map(|place| self.table.key_at(place)).filter(|&id| id != 0).collect();
         ids.into_iter().filter_map(|id| self.lookup(id).map(|pin| (id, pin.stamp))).collect()
-    }
-
-    fn id_at(&self, place: usize) -> u128 {
-        let e = self.entry(place);
-        u128::from(e[ID_LO].load(Ordering::Relaxed)) | u128::from(e[ID_HI].load(Ordering::Relaxed)) << 64
     }
 
     /// Notes chunk `id` as pinned, its file as `stamp` says, with no reads noted yet; returns the
     /// place it took (for [`PinTable::take_reads`]), `None` when every place it may take is
     /// another's (it is not pinned). Single writer.
     pub fn pin(&self, id: u128, stamp: Stamp) -> Option<usize> {
-        if id == 0 {
-            return None;
-        }
-        let mut free = None;
-        for place in self.places(id) {
-            match self.id_at(place) {
-                found if found == id => {
-                    free = Some(place);
-                    break;
-                }
-                0 => {
-                    free.get_or_insert(place);
-                }
-                _ => {}
-            }
-        }
-        let place = free?;
-        seqlock::write(self.entry(place), |e| {
-            e[ID_LO].store(id as u64, Ordering::Relaxed);
-            e[ID_HI].store((id >> 64) as u64, Ordering::Relaxed);
+        let (place, _) = self.table.claim(id, None)?;
+        self.table.write(place, id, |e| {
             e[INO].store(stamp.ino, Ordering::Relaxed);
             e[SIZE].store(stamp.size, Ordering::Relaxed);
             e[MTIME].store(stamp.mtime_ns as u64, Ordering::Relaxed);
@@ -281,14 +230,14 @@ impl<'a> PinTable<'a> {
     /// replaced the entry counts for the chunk pinned there next: one read more or less for the
     /// eviction policy, nothing that decides what a reader gets.
     pub fn note_read(&self, pin: &Pin) {
-        self.entry(pin.place)[READS].fetch_add(1, Ordering::Relaxed);
+        self.table.entry(pin.place)[READS].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The reads noted of the pin of chunk `id` at `place` (where [`PinTable::pin`] put it) since
     /// they were last taken, now taken (0 if that place holds another chunk). The slot's only.
     pub fn take_reads(&self, place: usize, id: u128) -> u64 {
-        let entry = self.entry(place);
-        if entry[READS].load(Ordering::Relaxed) == 0 || self.id_at(place) != id {
+        let entry = self.table.entry(place);
+        if entry[READS].load(Ordering::Relaxed) == 0 || self.table.key_at(place) != id {
             return 0;
         }
         entry[READS].swap(0, Ordering::Relaxed)
@@ -297,17 +246,7 @@ impl<'a> PinTable<'a> {
     /// Withdraws the pin of chunk `id`: from now on no reader skips its check. Call it before the
     /// pages are unlocked. Single writer.
     pub fn unpin(&self, id: u128) -> bool {
-        let mut found = false;
-        for place in self.places(id) {
-            if id != 0 && self.id_at(place) == id {
-                seqlock::write(self.entry(place), |e| {
-                    e[ID_LO].store(0, Ordering::Relaxed);
-                    e[ID_HI].store(0, Ordering::Relaxed);
-                });
-                found = true;
-            }
-        }
-        found
+        self.table.withdraw(id)
     }
 }
 

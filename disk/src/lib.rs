@@ -1,0 +1,28 @@
+//! The cache's on-disk and shared-memory contract: the files the proxies write and the shims of
+//! the fleet's uid read directly, whose bytes other processes (of other builds, too, across a
+//! rolling restart) depend on. Nothing here does I/O on a chunk's data: the proxy reads chunk files
+//! through its io engine, a shim with `pread`/`preadv` or a mapping; both judge what they read
+//! with the same rules. Layout:
+//! - [`chunk_file`]: a chunk's identity ([`chunk_file::ChunkKey`]) and id, which names its file;
+//!   the file's byte layout (`format.rs`: a checksummed header bound to the identity, then the
+//!   page-aligned data); where it lives under a cache root; [`chunk_file::verify`], the checks a
+//!   chunk file passes before its bytes are served, written once for both sides.
+//! - [`meta_table`]: the metadata a slot publishes in a shared file, with which a shim reads a warm
+//!   object with no round trip; [`pin_table`]: the chunks a slot holds locked in memory and
+//!   checked, whose readers skip the CRC32C. Both are thin typed layers over one shared table
+//!   (`seq_table.rs`: header, seqlocked entries, probing; `seqlock.rs`: the entry's sequence
+//!   number), in a file of words mapped shared (`shared_file.rs`).
+//! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables).
+//!
+//! The byte layouts are documented at the top of `chunk_file/format.rs`, `meta_table/mod.rs` and
+//! `pin_table.rs`, and frozen by `tests/golden.rs`. Chunk identity and ownership, URLs and the
+//! CRC32C are the wire's too (a shim routes a chunk by its id): they are `memarts-protocol`'s, which
+//! this crate depends on (never the reverse).
+
+pub mod chunk_file;
+pub mod layout;
+pub mod meta_table;
+pub mod pin_table;
+mod seq_table;
+mod seqlock;
+mod shared_file;

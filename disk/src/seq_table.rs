@@ -1,0 +1,245 @@
+//! [`SeqTable`]: the one implementation of the tables a slot publishes in mapped files
+//! (`meta_table`, `pin_table`), which are thin typed layers over it. Each is an open-addressing
+//! table of fixed-size entries of words, seqlocked (`crate::seqlock`), after a header; a [`Shape`]
+//! says where things are in one kind of table, and nothing here depends on what an entry means.
+//!
+//! What every such table has in common (the layouts at the top of `meta_table/mod.rs` and
+//! `pin_table.rs` say the rest, word for word):
+//!
+//! ```text
+//! header word 0              magic
+//! header word 1              layout version
+//! header word 2              capacity: entries, a power of two
+//! header word `superseded`   1 once the slot put a newer table in this one's place, else 0
+//! entry word 0               seq: 0 never written; odd while being written; even once written
+//! entry words 1, 2           key (low, high); both 0 for an entry withdrawn (or never written)
+//! ```
+//!
+//! An entry lives in one of `probes` consecutive places from `key % capacity`. Key 0 is never
+//! stored: it marks a free place.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::seqlock;
+
+/// Where the common parts of one kind of table are.
+pub(crate) struct Shape {
+    pub magic: u64,
+    pub version: u64,
+    /// Words before the first entry.
+    pub header_words: usize,
+    /// Words per entry.
+    pub entry_words: usize,
+    /// The header word of the superseded flag.
+    pub superseded: usize,
+    /// Places an entry may occupy, from its home place on.
+    pub probes: usize,
+}
+
+/// Why words do not hold a table of a [`Shape`].
+pub(crate) enum BadHeader {
+    NotATable,
+    BadCapacity(u64),
+}
+
+/// Entry word of the key's low half.
+const KEY_LO: usize = 1;
+/// Entry word of the key's high half.
+const KEY_HI: usize = 2;
+
+/// An entry a reader found, consistent: what `read` made of it, where it is and at what sequence
+/// number (the entry is unchanged while its sequence number is: [`SeqTable::unchanged`]).
+pub(crate) struct Found<T> {
+    pub fields: T,
+    pub place: usize,
+    pub seq: u64,
+}
+
+/// How [`SeqTable::claim`] found a place for a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// The key's own entry.
+    Own,
+    /// A free place.
+    Free,
+    /// Every place the key may take was another's: the one least by the word asked for.
+    Displaced,
+}
+
+/// A table of a [`Shape`] over mapped words. Reading is safe from any number of threads and
+/// processes; [`SeqTable::write`] and [`SeqTable::withdraw`] need a single writer at a time.
+pub(crate) struct SeqTable<'a> {
+    words: &'a [AtomicU64],
+    capacity: usize,
+    shape: &'static Shape,
+}
+
+impl<'a> SeqTable<'a> {
+    /// Writes the header into `words` (all zero: a new file) for as many entries as fit, rounded
+    /// down to a power of two, with `own` writing the table's own header words before the magic
+    /// goes in last (a reader that sees it sees the rest).
+    pub fn init(
+        words: &'a [AtomicU64],
+        shape: &'static Shape,
+        own: impl FnOnce(&[AtomicU64]),
+    ) -> Result<Self, BadHeader> {
+        let fit = words.len().saturating_sub(shape.header_words) / shape.entry_words;
+        if fit == 0 {
+            return Err(BadHeader::BadCapacity(0));
+        }
+        let capacity = 1usize << fit.ilog2();
+        words[1].store(shape.version, Ordering::Relaxed);
+        words[2].store(capacity as u64, Ordering::Relaxed);
+        own(words);
+        words[0].store(shape.magic, Ordering::Release);
+        Ok(SeqTable { words, capacity, shape })
+    }
+
+    /// The table in `words`, its header checked.
+    pub fn open(words: &'a [AtomicU64], shape: &'static Shape) -> Result<Self, BadHeader> {
+        if words.len() < shape.header_words
+            || words[0].load(Ordering::Acquire) != shape.magic
+            || words[1].load(Ordering::Relaxed) != shape.version
+        {
+            return Err(BadHeader::NotATable);
+        }
+        let capacity = words[2].load(Ordering::Relaxed);
+        let fits = usize::try_from(capacity)
+            .ok()
+            .and_then(|c| c.checked_mul(shape.entry_words))
+            .and_then(|w| w.checked_add(shape.header_words))
+            .is_some_and(|w| w <= words.len());
+        if !capacity.is_power_of_two() || !fits {
+            return Err(BadHeader::BadCapacity(capacity));
+        }
+        Ok(SeqTable { words, capacity: capacity as usize, shape })
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The header's words (the table's own ones among them).
+    pub fn header(&self) -> &'a [AtomicU64] {
+        &self.words[..self.shape.header_words]
+    }
+
+    /// Tells the readers that a newer table is in this one's place.
+    pub fn mark_superseded(&self) {
+        self.words[self.shape.superseded].store(1, Ordering::Release);
+    }
+
+    /// Whether the writer put a newer table in this one's place.
+    pub fn superseded(&self) -> bool {
+        self.words[self.shape.superseded].load(Ordering::Acquire) != 0
+    }
+
+    /// The words of the entry at `place` (modulo the capacity).
+    pub fn entry(&self, place: usize) -> &'a [AtomicU64] {
+        let start = self.shape.header_words + (place & (self.capacity - 1)) * self.shape.entry_words;
+        &self.words[start..start + self.shape.entry_words]
+    }
+
+    /// The places `key` may occupy, from its home place on.
+    fn places(&self, key: u128) -> impl Iterator<Item = usize> + '_ {
+        let home = key as usize;
+        (0..self.shape.probes.min(self.capacity)).map(move |i| home.wrapping_add(i) & (self.capacity - 1))
+    }
+
+    /// The writer's view of the key at `place` (it is the only writer, so no sequence check is
+    /// needed); 0 for a free place.
+    pub fn key_at(&self, place: usize) -> u128 {
+        key_of(self.entry(place))
+    }
+
+    /// The entry of `key`, read consistently by `read` (which must only load, `Relaxed`) and made
+    /// sense of by `decode` (`None`: words that are not an entry, taken as another key's). `None`
+    /// when the key is not there, or when a writer kept changing an entry (the caller asks the
+    /// slot).
+    pub fn find<R, T>(
+        &self,
+        key: u128,
+        read: impl Fn(&[AtomicU64]) -> R,
+        decode: impl Fn(R) -> Option<T>,
+    ) -> Option<Found<T>> {
+        if key == 0 {
+            return None;
+        }
+        for place in self.places(key) {
+            match seqlock::read(self.entry(place), |e| (key_of(e), read(e)))? {
+                seqlock::Read::Never => return None,
+                seqlock::Read::Holds((found, raw), seq) if found == key => {
+                    if let Some(fields) = decode(raw) {
+                        return Some(Found { fields, place, seq });
+                    }
+                }
+                seqlock::Read::Holds(..) => {}
+            }
+        }
+        None
+    }
+
+    /// Whether the entry at `place` is as it was read at sequence number `seq` (no write since).
+    pub fn unchanged(&self, place: usize, seq: u64) -> bool {
+        seqlock::unchanged(self.entry(place), seq)
+    }
+
+    /// The place `key` is to be written at: its own entry, else the first free place, else (with
+    /// `evict_by`, an entry word) the one whose word is least, else none. Single writer.
+    pub fn claim(&self, key: u128, evict_by: Option<usize>) -> Option<(usize, Claim)> {
+        if key == 0 {
+            return None;
+        }
+        let mut free = None;
+        let mut least: Option<(u64, usize)> = None;
+        for place in self.places(key) {
+            match self.key_at(place) {
+                found if found == key => return Some((place, Claim::Own)),
+                0 => {
+                    free.get_or_insert(place);
+                }
+                _ => {
+                    if let Some(word) = evict_by {
+                        let value = self.entry(place)[word].load(Ordering::Relaxed);
+                        if least.is_none_or(|(at, _)| value < at) {
+                            least = Some((value, place));
+                        }
+                    }
+                }
+            }
+        }
+        match (free, least) {
+            (Some(place), _) => Some((place, Claim::Free)),
+            (None, Some((_, place))) => Some((place, Claim::Displaced)),
+            (None, None) => None,
+        }
+    }
+
+    /// Writes `key` and what `fields` stores (`Relaxed`) into the entry at `place`, under its
+    /// sequence number. Single writer.
+    pub fn write(&self, place: usize, key: u128, fields: impl FnOnce(&[AtomicU64])) {
+        seqlock::write(self.entry(place), |e| {
+            e[KEY_LO].store(key as u64, Ordering::Relaxed);
+            e[KEY_HI].store((key >> 64) as u64, Ordering::Relaxed);
+            fields(e);
+        });
+    }
+
+    /// Withdraws the entry of `key` (its key set to 0, under its sequence number); whether there
+    /// was one. Single writer.
+    pub fn withdraw(&self, key: u128) -> bool {
+        let mut found = false;
+        for place in self.places(key) {
+            if key != 0 && self.key_at(place) == key {
+                self.write(place, 0, |_| {});
+                found = true;
+            }
+        }
+        found
+    }
+}
+
+fn key_of(entry: &[AtomicU64]) -> u128 {
+    u128::from(entry[KEY_LO].load(Ordering::Relaxed))
+        | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
+}
