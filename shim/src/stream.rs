@@ -189,21 +189,23 @@ impl Stream {
     /// the usual way.
     fn read_pinned(&mut self, index: u64, skip: usize, dst: &mut Room) -> bool {
         let client: &Client = (*self.target.source).as_ref();
-        let Some(direct) = client.direct.as_ref() else { return false };
+        let Some(local) = client.sources.local() else { return false };
         if self.pinned.as_ref().is_none_or(|(i, _)| *i != index) {
             self.pinned = None;
             if self.in_window(index) {
                 return false;
             }
-            let Some(chunk) = client.open_pinned_chunk(&self.target.url, &self.target.meta, index) else {
-                return false;
-            };
+            let (url, meta) = (&self.target.url, &self.target.meta);
+            let opened = client.with_local_chunk(url, meta, index, |local, chunk, slot, len| {
+                local.open_pinned(chunk, slot, len)
+            });
+            let Some(chunk) = opened else { return false };
             self.pinned = Some((index, chunk));
             // Entered in order: a chunk after it that is not pinned gets a window ahead of it.
             self.last_chunk = Some(index);
         }
         let (_, chunk) = self.pinned.as_mut().expect("set above");
-        if chunk.read(direct, skip, dst) {
+        if chunk.read(local, skip, dst) {
             return true;
         }
         self.pinned = None;
@@ -222,9 +224,11 @@ impl Stream {
             let index = self.pos / cs;
             if self.pos == index * cs && !self.in_window(index) {
                 let client: &Client = (*self.target.source).as_ref();
-                if let Some(written) =
-                    client.write_chunk_mapped(&self.target.url, &self.target.meta, index, &mut write)
-                {
+                let (url, meta) = (&self.target.url, &self.target.meta);
+                let mapped = client.with_local_chunk(url, meta, index, |local, chunk, slot, len| {
+                    local.write_mapped_chunk(chunk, slot, len, &mut write)
+                });
+                if let Some(written) = mapped {
                     written?;
                     self.pos += self.target.chunk_len(index) as u64;
                     self.last_chunk = Some(index);

@@ -42,7 +42,7 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let hits_before = client.direct_counters().unwrap().hits.load(Ordering::Relaxed);
 
     // Slot 1 stops answering. The reads go on, and report to it every 256 reads or so: 20 reports,
@@ -68,12 +68,12 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
 
     // Answering again: what is read from now on is counted, by both slots.
     drop(stopped);
-    client.report_direct_reads();
+    client.send_read_reports();
     let counted = fleet.total("hits");
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(fleet.total("hits") - counted, objects.len() as u64, "the slots counted every read reported");
 
     // The fleet starts again under the same client: its report connections are dead, new ones
@@ -84,13 +84,13 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     for (url, data) in &objects {
         assert!(client.read(url).unwrap() == *data, "{url} after the restart");
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let (counted, direct_before) =
         (fleet.total("hits"), client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let direct = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - direct_before;
     assert_eq!(direct, objects.len() as u64, "read directly after the restart");
     assert_eq!(fleet.total("hits") - counted, direct, "the restarted slots counted every read reported");
