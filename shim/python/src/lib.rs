@@ -19,6 +19,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+mod at_exit;
 mod settings;
 mod stream;
 
@@ -119,6 +120,8 @@ impl Client {
         let mut fleet = memarts_proxy::config::FleetConfig::default();
         fleet.apply_settings(&settings);
         let inner = py.detach(|| Session::open(&settings, shim, fleet)).map_err(|e| to_py(py, e))?;
+        // What its reads of the cache's files leave unreported is sent when the process ends.
+        at_exit::register(py)?;
         Ok(Client { inner: Arc::new(inner) })
     }
 
@@ -380,8 +383,8 @@ impl Client {
 
     /// Reports this client's direct reads (warm chunks read straight from their files) to their
     /// slots now, and waits until they are counted. Never needed for the counts to get there: they
-    /// go in batches, and the rest when the client goes or the process ends; for a caller that
-    /// wants the slots' eviction to see them now.
+    /// go in batches, and the rest when the client goes or the process ends (a DataLoader worker
+    /// included, `at_exit.rs`); for a caller that wants the slots' eviction to see them now.
     fn report_direct_reads(&self, py: Python<'_>) {
         py.detach(|| self.inner.send_read_reports());
     }
