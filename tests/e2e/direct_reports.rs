@@ -136,9 +136,11 @@ fn a_process_that_ends_reports_its_direct_reads_unasked() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // After the harness's "test <name> ... " on the same line.
     let direct: u64 = stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("direct hits: "))
+        .split("direct hits: ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
         .unwrap_or_else(|| panic!("no count from the child: {stdout}"))
         .parse()
         .unwrap();
