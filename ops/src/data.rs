@@ -15,16 +15,12 @@ use crate::cli::{Common, StatArgs, UrlArgs};
 /// straight from their files), each chunk handed to stdout as it is, so memory stays bounded by the
 /// window.
 pub fn cat(common: &Common, args: &UrlArgs) -> Result<ExitCode> {
-    let access = Arc::new(access(common)?);
-    let mut stream = Stream::open(access.clone(), &args.url).about(&args.url)?;
+    let mut stream = Stream::open(Arc::new(access(common)?), &args.url).about(&args.url)?;
     let size = stream.size();
     let mut out = std::io::stdout().lock();
     widen_pipe(&out);
     // Straight from the fetched chunks to the output: no copy through a buffer of ours.
     let copied = stream.copy_to(|piece| out.write_all(piece));
-    // The stream's workers may outlive this function (the process ends first): what was read
-    // directly from the chunk files is reported now, so that the slots count it.
-    access.report_direct_reads();
     match copied {
         Err(memarts_shim::Error::Io(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
             return Ok(ExitCode::SUCCESS);

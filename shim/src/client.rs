@@ -1,9 +1,10 @@
 //! The fleet client: finds the fleet, keeps a small pool of connections per slot (dropped after a
 //! `fork`), routes each request to its owning slot and retries a slot that is down until the deadline.
+//! Where a chunk's bytes come from (the cache's files read locally, else the slots) is the client's
+//! list of chunk sources (`sources.rs`).
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memarts_disk::layout::socket_path;
@@ -15,7 +16,7 @@ use memarts_protocol::{
 
 use crate::answer::expect_answer;
 use crate::config::ShimConfig;
-use crate::conn::Conn;
+use crate::conn::{Conn, Dialer};
 use crate::error::{Error, Result};
 use crate::per_process::{PerProcess, PerProcessGuard};
 
@@ -31,20 +32,18 @@ struct Pools {
 /// (the child drops the inherited connections and opens its own).
 pub struct Client {
     pub(crate) cfg: ShimConfig,
-    /// The uid the fleet's run dir belongs to, which every proxy socket's peer must run as.
-    owner: u32,
-    slots: AtomicU32,
+    /// The run dir, the slots' uid and the fleet size routing uses.
+    dial: Arc<Dialer>,
     /// This process's connections (a forked child drops the inherited ones and opens its own).
     pools: PerProcess<Pools>,
-    /// This process's connections for reporting direct reads (`touch.rs`).
-    touch_links: PerProcess<crate::touch::TouchLinks>,
     pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
     /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
     /// Slots that failed to take hints, and until when they get none.
     prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
-    /// Warm reads straight from the chunk files (`direct.rs`), for a fleet of our own uid.
-    pub(crate) direct: Option<crate::direct::Direct>,
+    /// Where chunks are read from, in order: the cache's files read locally (`direct.rs`, for a
+    /// fleet of our own uid), then the slots.
+    pub(crate) sources: crate::sources::Sources,
     /// The read-ahead budget and fetch threads of every stream this client opens (`readahead/`).
     pub(crate) readaheads: crate::readahead::Readaheads,
 }
@@ -75,13 +74,6 @@ pub(crate) fn parse(url: &str) -> Result<ObjectUrl> {
     ObjectUrl::parse(&absolutize(url)?).map_err(|e| Error::BadRequest(e.to_string()))
 }
 
-impl Drop for Client {
-    /// Reports the direct reads not reported yet, so that their chunks count as read.
-    fn drop(&mut self) {
-        self.report_direct_reads();
-    }
-}
-
 fn is_transient(e: &Error) -> bool {
     matches!(e, Error::Io(_) | Error::Unavailable(_))
 }
@@ -92,16 +84,14 @@ impl Client {
     pub fn new(cfg: ShimConfig) -> Result<Client> {
         let owner = crate::trust::check_run_dir(&cfg.run_dir, &cfg.trusted_uids)?;
         let slots = fleet_slots(&cfg.run_dir)?;
-        let direct = if cfg.direct_reads { crate::direct::Direct::new(&cfg.run_dir, owner) } else { None };
+        let dial = Arc::new(Dialer::new(cfg.run_dir.clone(), owner, cfg.spin, slots));
         let readaheads = crate::readahead::Readaheads::new(cfg.readahead_memory, cfg.readahead_workers);
         Ok(Client {
             readaheads,
-            direct,
+            sources: crate::sources::Sources::new(&cfg, &dial),
             cfg,
-            owner,
-            slots: AtomicU32::new(slots),
+            dial,
             pools: PerProcess::new(),
-            touch_links: PerProcess::new(),
             prefetch_counters: Default::default(),
             prefetch_unsupported: Mutex::default(),
             prefetch_paused: Mutex::default(),
@@ -117,21 +107,29 @@ impl Client {
     }
 
     pub fn slots(&self) -> u32 {
-        self.slots.load(Ordering::Relaxed)
+        self.dial.slots()
     }
 
     /// What direct reads did in this process (`None`: this client reads through the proxies only:
     /// a fleet of another uid, or `MEMARTS_DIRECT_READS=0`).
     pub fn direct_counters(&self) -> Option<&crate::direct::DirectCounters> {
-        self.direct.as_ref().map(|d| &d.counters)
+        self.sources.local().map(|d| &d.counters)
+    }
+
+    /// Sends this client's reads of the cache's files not reported yet to their slots now, and
+    /// waits until the slots have counted them. Not needed for the counts to get there: the reads
+    /// go in batches (at the latest 100 ms after a read, at the next read), the rest when the client
+    /// goes or the process ends, and [`Client::status`] sends them first. For a caller that asks
+    /// the fleet's counters another way (a test's `memarts status`), or wants the slots' eviction
+    /// to see the reads now.
+    pub fn send_read_reports(&self) {
+        if let Some(local) = self.sources.local() {
+            local.reports.send_all();
+        }
     }
 
     fn pools(&self) -> PerProcessGuard<'_, Pools> {
         self.pools.lock()
-    }
-
-    pub(crate) fn touch_links(&self) -> PerProcessGuard<'_, crate::touch::TouchLinks> {
-        self.touch_links.lock()
     }
 
     /// A pooled connection to `slot` (true), else a new one (false).
@@ -144,18 +142,13 @@ impl Client {
 
     /// A new connection to `slot`.
     pub(crate) fn connect(&self, slot: u32, timeout: Duration) -> Result<Conn> {
-        let conn = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)?;
-        if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
-            // The fleet restarted with another size: route by the new one from now on.
-            self.slots.store(conn.welcome.slots, Ordering::Relaxed);
-        }
-        Ok(conn)
+        self.dial.connect(slot, timeout)
     }
 
     /// Re-reads the fleet size from `fleet.json`; the new size if it changed.
     fn refresh_slots(&self) -> Option<u32> {
         let n = fleet_slots(&self.cfg.run_dir).ok()?;
-        (self.slots.swap(n, Ordering::Relaxed) != n).then_some(n)
+        self.dial.set_slots(n).then_some(n)
     }
 
     /// Forgets the pooled connections to `slot`: one of them failed, so the slot restarted and the
@@ -174,26 +167,6 @@ impl Client {
         }
         if pools.per_slot[idx].len() < POOL_PER_SLOT {
             pools.per_slot[idx].push(conn);
-        }
-    }
-
-    /// Reports every direct read not reported yet to its slot now (they go in batches otherwise: at
-    /// the latest 100 ms after a read, at the next read, or when the client goes), and waits until
-    /// the slots have counted them, so that the fleet's counters include this client's reads: before
-    /// asking for them.
-    pub fn report_direct_reads(&self) {
-        if let Some(direct) = &self.direct {
-            self.report_touches(direct.take_touches(), true);
-        }
-    }
-
-    /// After a direct read: reports the reads due (a batch is full, or waited long enough).
-    pub(crate) fn after_direct_read(&self) {
-        if let Some(direct) = &self.direct {
-            let due = direct.due();
-            if !due.is_empty() {
-                self.report_touches(due, false);
-            }
         }
     }
 
@@ -285,8 +258,7 @@ impl Client {
 
     /// `request` on a new connection to `slot`, once, within `timeout` (status requests).
     pub(crate) fn call_once(&self, slot: u32, timeout: Duration, request: &Request) -> Result<Response> {
-        let mut conn =
-            Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)?;
+        let mut conn = self.dial.connect_once(slot, timeout)?;
         Ok(conn.call(request)?.response)
     }
 
@@ -363,7 +335,7 @@ impl Client {
     pub fn cluster_status(&self, timeout: Duration) -> Vec<(u32, Result<ClusterStatus>)> {
         (0..self.slots())
             .map(|slot| {
-                let res = Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
+                let res = self.dial.connect_once(slot, timeout)
                     .and_then(|mut c| expect_answer!(c.call(&Request::ClusterStatus)?.response, "ClusterStatus", Response::ClusterStatus(s) => s));
                 (slot, res)
             })
@@ -375,13 +347,7 @@ impl Client {
     pub fn admission_status(&self, timeout: Duration) -> Vec<(u32, Result<AdmissionStatus>)> {
         (0..self.slots())
             .map(|slot| {
-                let res = Conn::connect(
-                    &socket_path(&self.cfg.run_dir, slot),
-                    self.owner,
-                    timeout,
-                    self.cfg.spin,
-                )
-                .and_then(|mut c| {
+                let res = self.dial.connect_once(slot, timeout).and_then(|mut c| {
                     let reply = c.call(&Request::AdmissionStatus)?;
                     expect_answer!(reply.response, "AdmissionStatus", Response::AdmissionStatus(s) => s)
                 });
@@ -390,16 +356,17 @@ impl Client {
             .collect()
     }
 
-    /// Status of every slot (an error for a slot that does not answer within `timeout`).
+    /// Status of every slot (an error for a slot that does not answer within `timeout`). This
+    /// client's reads of the cache's files are reported first ([`Client::send_read_reports`]), so
+    /// that the slots' counters include them.
     pub fn status(&self, timeout: Duration) -> Vec<(u32, Result<SlotStatus>)> {
+        self.send_read_reports();
         (0..self.slots())
             .map(|slot| {
-                let res =
-                    Conn::connect(&socket_path(&self.cfg.run_dir, slot), self.owner, timeout, self.cfg.spin)
-                        .and_then(|mut c| {
-                            let reply = c.call(&Request::Status)?;
-                            expect_answer!(reply.response, "Status", Response::Status(s) => s)
-                        });
+                let res = self.dial.connect_once(slot, timeout).and_then(|mut c| {
+                    let reply = c.call(&Request::Status)?;
+                    expect_answer!(reply.response, "Status", Response::Status(s) => s)
+                });
                 (slot, res)
             })
             .collect()

@@ -1,12 +1,15 @@
 //! One synchronous connection to one proxy slot: connect (to a peer of the trusted uid only),
-//! handshake, request/response in lockstep, and the receiving half of descriptor passing.
+//! handshake, request/response in lockstep, and the receiving half of descriptor passing; and the
+//! [`Dialer`] that opens them for a client and for its local source's read reports.
 
 use std::io::{IoSliceMut, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use memarts_disk::layout::socket_path;
 use memarts_protocol::spin::Spinner;
 use memarts_protocol::{
     frame, FrameHead, Hello, Limits, Request, Response, Welcome, FRAME_HEAD_LEN, MAX_BATCH, PROTOCOL_VERSION,
@@ -135,6 +138,48 @@ impl Conn {
             }
             return Ok((msg.bytes, fds));
         }
+    }
+}
+
+/// How a client reaches its fleet's slots: the run dir, the uid every slot's peer must run as, the
+/// reply spin, and the fleet size that routing uses (a slot that welcomes a connection with another
+/// size changes it). Shared by the client and its local source's read reports.
+pub(crate) struct Dialer {
+    pub run_dir: PathBuf,
+    /// The uid the fleet's run dir belongs to, which every proxy socket's peer must run as.
+    pub owner: u32,
+    pub spin: Duration,
+    slots: AtomicU32,
+}
+
+impl Dialer {
+    pub fn new(run_dir: PathBuf, owner: u32, spin: Duration, slots: u32) -> Dialer {
+        Dialer { run_dir, owner, spin, slots: AtomicU32::new(slots) }
+    }
+
+    /// The fleet size requests are routed by.
+    pub fn slots(&self) -> u32 {
+        self.slots.load(Ordering::Relaxed)
+    }
+
+    /// Routes by `n` slots from now on; whether that changed the size.
+    pub fn set_slots(&self, n: u32) -> bool {
+        self.slots.swap(n, Ordering::Relaxed) != n
+    }
+
+    /// A new connection to `slot`; a welcome with another fleet size changes the routing's.
+    pub fn connect(&self, slot: u32, timeout: Duration) -> Result<Conn> {
+        let conn = self.connect_once(slot, timeout)?;
+        if conn.welcome.slots != 0 && conn.welcome.slots != self.slots() {
+            // The fleet restarted with another size: route by the new one from now on.
+            self.slots.store(conn.welcome.slots, Ordering::Relaxed);
+        }
+        Ok(conn)
+    }
+
+    /// A new connection to `slot`, its welcome not looked at (status requests).
+    pub fn connect_once(&self, slot: u32, timeout: Duration) -> Result<Conn> {
+        Conn::connect(&socket_path(&self.run_dir, slot), self.owner, timeout, self.spin)
     }
 }
 

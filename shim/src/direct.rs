@@ -17,9 +17,11 @@
 //!   dir stays 0700), others go through the proxy as before; and a chunk file of another owner is
 //!   never read (`chunk_files.rs`): it is dropped and served by the slot, as a corrupt one is.
 //!
-//! The reads are reported to the owning slots in batches (`Request::Touched`), so that what is
-//! read stays cached and what is not goes, as if the slots had served them; reads of pinned chunks
-//! are noted in the pin table instead, where the slot counts them (no request at all).
+//! The reads are reported to the owning slots in batches (`Request::Touched`, `touch.rs`: sent by
+//! this source itself, the rest when it goes or the process ends), so that what is read stays
+//! cached and what is not goes, as if the slots had served them; reads of pinned chunks are noted
+//! in the pin table instead, where the slot counts them (no request at all). This is the first of
+//! a client's chunk sources (`sources.rs`).
 //!
 //! A chunk that goes straight to an output (`memarts cat`: `Direct::write_mapped_chunk`) is not
 //! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
@@ -36,9 +38,9 @@
 use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use memarts_disk::chunk_file::{chunks_dir, format, ChunkId};
 use memarts_disk::layout::{meta_table_path, pin_table_path};
@@ -49,14 +51,10 @@ use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 pub(crate) use crate::chunk_check::Found;
 use crate::chunk_check::{check, identity_of, map_checked, pin_of, pinned_throughout};
 use crate::chunk_files::{ChunkFiles, Opened};
+use crate::conn::Dialer;
 use crate::fill::{pread_exact, Room};
-use crate::per_process::{PerProcess, PerProcessGuard};
 use crate::slot_tables::{mapped, Mapped};
-
-/// Reads are reported to the slots once this many are pending...
-const TOUCH_BATCH: usize = 256;
-/// ... or once the oldest has waited this long (checked at the next read).
-const TOUCH_DELAY: Duration = Duration::from_millis(100);
+use crate::touch::ReadReports;
 
 /// Which chunk: index `index` of the version `etag` of `url`, cut at `chunk_size`.
 #[derive(Debug, Clone, Copy)]
@@ -82,12 +80,6 @@ pub struct DirectCounters {
     pub pinned: AtomicU64,
 }
 
-#[derive(Default)]
-struct Pending {
-    touches: Vec<(u32, Touch)>,
-    since: Option<Instant>,
-}
-
 /// The direct-read state of a client.
 pub(crate) struct Direct {
     run_dir: PathBuf,
@@ -95,18 +87,17 @@ pub(crate) struct Direct {
     chunks: ChunkFiles,
     tables: Mutex<Vec<Option<Mapped<TableFile>>>>,
     pins: Mutex<Vec<Option<Mapped<PinFile>>>>,
-    /// This process's reads to report (a forked child's parent reports what it read before).
-    pending: PerProcess<Pending>,
-    /// Set when the pending reads are due to be reported.
-    due: AtomicBool,
+    /// The reads to report, sent in batches, the rest when this goes.
+    pub(crate) reports: ReadReports,
     pub counters: DirectCounters,
 }
 
 impl Direct {
-    /// Direct reads of the fleet in `run_dir`, when it caches and this process may read its files:
-    /// `None` for a fleet of another uid (`owner`), one that caches nothing, one that trusts no
+    /// Direct reads of the fleet `dial` reaches, when it caches and this process may read its
+    /// files: `None` for a fleet of another uid, one that caches nothing, one that trusts no
     /// metadata (a TTL of 0), or one whose `fleet.json` says too little (an older build).
-    pub fn new(run_dir: &Path, owner: u32) -> Option<Direct> {
+    pub fn new(dial: &Arc<Dialer>) -> Option<Direct> {
+        let (run_dir, owner): (&Path, u32) = (&dial.run_dir, dial.owner);
         if owner != nix::unistd::geteuid().as_raw() {
             return None;
         }
@@ -119,8 +110,7 @@ impl Direct {
             chunks: ChunkFiles::new(chunks_dir(facts.cache_dir.as_ref()?), owner),
             tables: Mutex::default(),
             pins: Mutex::default(),
-            pending: PerProcess::new(),
-            due: AtomicBool::new(false),
+            reports: ReadReports::new(dial.clone()),
             counters: DirectCounters::default(),
         })
     }
@@ -160,7 +150,7 @@ impl Direct {
 
     /// Chunk `index` of the version `etag` of `url`, cut at `chunk_size`, read whole into `dst`
     /// (exactly the chunk's length) from its file, and checked; a read served is noted for `slot`,
-    /// the chunk's owner (see [`Direct::due`]).
+    /// the chunk's owner, to be reported.
     pub fn read_chunk(
         &self,
         url: &ObjectUrl,
@@ -203,7 +193,7 @@ impl Direct {
             }
             (Found::Served | Found::Pinned, _) => {
                 self.count_hit(len);
-                self.note(slot, Touch { id, len: len as u64 });
+                self.reports.note(slot, Touch { id, len: len as u64 });
             }
             (Found::Absent, _) => {
                 self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -254,35 +244,6 @@ impl Direct {
         let file = self.chunks.open(ChunkId(id)).file()?;
         Some(PinnedChunk { file, pins, pin, data_offset, len, slot, id, counted: false })
     }
-
-    fn pending(&self) -> PerProcessGuard<'_, Pending> {
-        self.pending.lock()
-    }
-
-    fn note(&self, slot: u32, touch: Touch) {
-        let mut pending = self.pending();
-        pending.touches.push((slot, touch));
-        let since = *pending.since.get_or_insert_with(Instant::now);
-        if pending.touches.len() >= TOUCH_BATCH || since.elapsed() >= TOUCH_DELAY {
-            self.due.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// The reads due to be reported, by slot: all of them once a batch is full or its oldest read
-    /// has waited long enough (as of the last read), else none.
-    pub fn due(&self) -> Vec<(u32, Vec<Touch>)> {
-        if !self.due.swap(false, Ordering::Relaxed) {
-            return Vec::new();
-        }
-        self.take_touches()
-    }
-
-    /// Every read not yet reported, by slot (for a client going away).
-    pub fn take_touches(&self) -> Vec<(u32, Vec<Touch>)> {
-        let mut pending = self.pending();
-        pending.since = None;
-        by_slot(std::mem::take(&mut pending.touches))
-    }
 }
 
 /// A chunk file open for reads of parts of its data, vouched for by its slot's pin
@@ -320,14 +281,6 @@ impl PinnedChunk {
         }
         true
     }
-}
-
-fn by_slot(touches: Vec<(u32, Touch)>) -> Vec<(u32, Vec<Touch>)> {
-    let mut out: std::collections::BTreeMap<u32, Vec<Touch>> = Default::default();
-    for (slot, t) in touches {
-        out.entry(slot).or_default().push(t);
-    }
-    out.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -8,10 +8,12 @@
 //! - `conn`: one connection to one slot (handshake, lockstep calls, receiving passed descriptors).
 //! - [`client`]: the fleet: routing to the owning slot, connection pools, retry until the deadline.
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
+//! - `sources`: where a chunk comes from: the client's ordered chunk sources (the cache's files
+//!   read locally, then the slots), asked in turn until one serves it.
 //! - `chunk_files`: the chunk files direct reads open: only those of the fleet's uid.
 //! - [`direct`]: warm chunks read straight from their files (the version from the slots' published
 //!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
-//!   batches.
+//!   batches by `touch` (the rest when the client goes or the process ends).
 //! - [`stream`]: a sequential reader of one pinned version (`cat`, Python `File` reads, fsspec).
 //! - [`readahead`]: the one read-ahead, of streams and of `memarts mount`'s files: a growing window
 //!   of chunk fetches in flight on the process's fetch threads, within one memory budget.
@@ -41,6 +43,7 @@ pub mod prefetch;
 mod read;
 pub mod readahead;
 mod slot_tables;
+mod sources;
 pub mod stream;
 mod touch;
 pub mod trust;
@@ -55,3 +58,4 @@ pub use fill::{ReadBuf, Room, Sink, VecSink};
 pub use fleet_file::{FleetFile, FleetOrigin};
 pub use memarts_protocol::{AdmissionStatus, ListEntry, ListPage, ObjectMeta, PrefetchStatus, SlotStatus};
 pub use stream::Stream;
+pub use touch::send_all_read_reports;

@@ -1,19 +1,21 @@
 //! Reading objects: split a byte range into chunks, fetch them from their owning slots in parallel
 //! (at most `MOX_COPY_PARALLEL_THREADS` at once), each straight into its place in the caller's buffer.
 //!
-//! A chunk served from the cache arrives as a file descriptor: the shim reads the bytes from the page
-//! cache itself and checks their CRC32C; on a mismatch it asks the slot to drop and refetch the chunk.
+//! Each chunk comes from the client's chunk sources (`sources.rs`): the cache's files read locally
+//! when warm, else its slot. A chunk a slot serves from the cache arrives as a file descriptor: the
+//! shim reads the bytes from the page cache itself and checks their CRC32C; on a mismatch it asks
+//! the slot to drop and refetch the chunk.
 
 use std::sync::Mutex;
 use std::time::Instant;
 
 use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BATCH};
 
-use crate::chunk_io::{read_batch, read_chunk, read_first, read_memarts};
+use crate::chunk_io::{read_batch, read_first, read_memarts};
 use crate::client::{parse, Client};
-use crate::direct::{ChunkName, Found, PinnedChunk};
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room, Sink, VecSink};
+use crate::sources::{Target, Wanted};
 
 /// One chunk's share of a read: the chunk, and where its wanted bytes go.
 struct Piece<'a> {
@@ -21,16 +23,6 @@ struct Piece<'a> {
     /// Offset of the wanted bytes within the chunk.
     skip: usize,
     dst: &'a mut Room,
-}
-
-/// What one read is about: the object version pinned by its ETag.
-struct Target<'a> {
-    url: &'a ObjectUrl,
-    /// The URL as requests spell it, made when the first request is.
-    url_text: std::sync::OnceLock<String>,
-    etag: &'a str,
-    size: u64,
-    chunk_size: u64,
 }
 
 impl Client {
@@ -61,7 +53,7 @@ impl Client {
         let cs = self.cfg.chunk_size;
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         // A warm object whose version the slot published: its chunks straight from their files.
-        if let Some(meta) = self.direct.as_ref().filter(|_| !refresh).and_then(|d| d.meta(&url_text, slot)) {
+        if let Some(meta) = self.sources.local().filter(|_| !refresh).and_then(|d| d.meta(&url_text, slot)) {
             let size =
                 usize::try_from(meta.size).map_err(|_| Error::BadRequest("object too large".into()))?;
             sink.reserve(size)?;
@@ -95,10 +87,10 @@ impl Client {
 
     /// The version of `url` its slot published for direct reads, if it is fresh.
     pub(crate) fn published_version(&self, url: &str) -> Result<Option<ObjectMeta>> {
-        let Some(direct) = &self.direct else { return Ok(None) };
+        let Some(local) = self.sources.local() else { return Ok(None) };
         let parsed = parse(url)?;
         let slot = chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
-        Ok(direct.meta(&parsed.to_string(), slot))
+        Ok(local.meta(&parsed.to_string(), slot))
     }
 
     /// The metadata of `url` and its chunk 0, in one round trip to the owner of chunk 0 (one GET
@@ -231,22 +223,14 @@ impl Client {
         let start = piece.index * t.chunk_size;
         let chunk_len = (t.size - start).min(t.chunk_size) as usize;
         let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
+        let want = Wanted { target: t, index: piece.index, slot, deadline, recheck: false };
         if piece.skip == 0 && piece.dst.len() == chunk_len {
-            let found = self.read_chunk_direct(t, piece.index, slot, piece.dst);
-            if found == Found::Served {
-                return Ok(());
-            }
-            let req = ChunkRequest { recheck: found == Found::Corrupt, ..t.request(piece.index) };
-            return self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, piece.dst));
+            return self.sources.read_chunk(self, want, piece.dst);
         }
         let mut whole: Vec<u8> = Vec::with_capacity(chunk_len);
         let room = &mut whole.spare_capacity_mut()[..chunk_len];
-        let found = self.read_chunk_direct(t, piece.index, slot, room);
-        if found != Found::Served {
-            let req = ChunkRequest { recheck: found == Found::Corrupt, ..t.request(piece.index) };
-            self.with_slot(slot, deadline, |conn| read_chunk(conn, &req, room))?;
-        }
-        // SAFETY: the direct read was served or read_chunk returned Ok: either wrote all
+        self.sources.read_chunk(self, want, room)?;
+        // SAFETY: Sources::read_chunk returned Ok: a source served the chunk, which wrote all
         // `chunk_len` bytes of the spare capacity.
         unsafe { whole.set_len(chunk_len) };
         let wanted = &whole[piece.skip..piece.skip + piece.dst.len()];
@@ -254,24 +238,6 @@ impl Client {
             d.write(*s);
         }
         Ok(())
-    }
-}
-
-impl<'a> Target<'a> {
-    fn new(url: &'a ObjectUrl, etag: &'a str, size: u64, chunk_size: u64) -> Target<'a> {
-        Target { url, url_text: std::sync::OnceLock::new(), etag, size, chunk_size }
-    }
-
-    /// The request for chunk `index` (only when a slot is asked: a direct read needs none).
-    fn request(&self, index: u64) -> ChunkRequest {
-        ChunkRequest {
-            url: self.url_text.get_or_init(|| self.url.to_string()).clone(),
-            etag: self.etag.to_string(),
-            object_size: self.size,
-            chunk_size: self.chunk_size,
-            index,
-            recheck: false,
-        }
     }
 }
 
@@ -294,62 +260,6 @@ fn plan<'a>(t: &Target<'_>, offset: u64, mut dst: &'a mut Room) -> Vec<Piece<'a>
 
 /// Runs `job` over `jobs` (taken from the back) on at most `workers` threads, the calling one
 /// included; stops handing out jobs after the first failure and returns it.
-impl Client {
-    /// Chunk `index` of the version `meta` of `url`, whole, handed to `write` straight from its
-    /// file's mapping when it is a direct hit (`Direct::write_mapped_chunk`); `None` when it is not
-    /// (read it the usual way). `Some` holds what `write` returned.
-    pub(crate) fn write_chunk_mapped(
-        &self,
-        url: &str,
-        meta: &ObjectMeta,
-        index: u64,
-        write: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
-    ) -> Option<std::io::Result<()>> {
-        let written = self.with_direct_chunk(url, meta, index, |d, chunk, slot, len| {
-            d.write_mapped_chunk(chunk, slot, len, write)
-        })?;
-        self.after_direct_read();
-        Some(written)
-    }
-
-    /// Chunk `index` of the version `meta` of `url`, opened for reads of parts of it when its slot
-    /// holds it pinned (`Direct::open_pinned`).
-    pub(crate) fn open_pinned_chunk(&self, url: &str, meta: &ObjectMeta, index: u64) -> Option<PinnedChunk> {
-        self.with_direct_chunk(url, meta, index, |d, chunk, slot, len| d.open_pinned(chunk, slot, len))
-    }
-
-    /// `f` of the direct-read state, chunk `index` of the version `meta` of `url`, its owning slot
-    /// and its length; `None` when direct reads are off, the version has no ETag or the chunk is
-    /// past the end.
-    fn with_direct_chunk<T>(
-        &self,
-        url: &str,
-        meta: &ObjectMeta,
-        index: u64,
-        f: impl FnOnce(&crate::direct::Direct, ChunkName<'_>, u32, usize) -> Option<T>,
-    ) -> Option<T> {
-        let direct = self.direct.as_ref()?;
-        let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;
-        let cs = self.cfg.chunk_size;
-        let start = index.checked_mul(cs).filter(|&s| s < meta.size)?;
-        let len = usize::try_from((meta.size - start).min(cs)).ok()?;
-        let parsed = parse(url).ok()?;
-        let slot = chunk_owner(&parsed, cs, index, self.slots());
-        f(direct, ChunkName { url: &parsed, etag, chunk_size: cs, index }, slot, len)
-    }
-
-    /// Chunk `index` of the target straight from its file, when direct reads are on (see
-    /// `direct.rs`); `Absent` otherwise.
-    fn read_chunk_direct(&self, t: &Target<'_>, index: u64, slot: u32, dst: &mut Room) -> Found {
-        let Some(direct) = &self.direct else { return Found::Absent };
-        let found = direct.read_chunk(t.url, t.etag, t.chunk_size, index, slot, dst);
-        if found == Found::Served {
-            self.after_direct_read();
-        }
-        found
-    }
-}
-
 fn run_parallel<T: Send>(workers: usize, jobs: Vec<T>, job: impl Fn(T) -> Result<()> + Sync) -> Result<()> {
     let workers = workers.clamp(1, jobs.len().max(1));
     let queue = Mutex::new(jobs);

@@ -131,21 +131,23 @@ impl Stream {
     /// the usual way.
     fn read_pinned(&mut self, index: u64, skip: usize, dst: &mut Room) -> bool {
         let client: &Client = (**self.window.source()).as_ref();
-        let Some(direct) = client.direct.as_ref() else { return false };
+        let Some(local) = client.sources.local() else { return false };
         if self.pinned.as_ref().is_none_or(|(i, _)| *i != index) {
             self.pinned = None;
             if self.window.contains(index) {
                 return false;
             }
-            let Some(chunk) = client.open_pinned_chunk(self.window.url(), self.window.meta(), index) else {
-                return false;
-            };
+            let (url, meta) = (self.window.url(), self.window.meta());
+            let opened = client.with_local_chunk(url, meta, index, |local, chunk, slot, len| {
+                local.open_pinned(chunk, slot, len)
+            });
+            let Some(chunk) = opened else { return false };
             self.pinned = Some((index, chunk));
             // Entered in order: a chunk after it that is not pinned gets a window ahead of it.
             self.window.passed(index);
         }
         let (_, chunk) = self.pinned.as_mut().expect("set above");
-        if chunk.read(direct, skip, dst) {
+        if chunk.read(local, skip, dst) {
             return true;
         }
         self.pinned = None;
@@ -165,13 +167,11 @@ impl Stream {
             let chunk_end = (index * cs + self.window.chunk_len(index) as u64).min(size);
             self.window.note_read(self.pos, chunk_end);
             if self.pos == index * cs && !self.window.contains(index) {
-                let written = self.client().write_chunk_mapped(
-                    self.window.url(),
-                    self.window.meta(),
-                    index,
-                    &mut write,
-                );
-                if let Some(written) = written {
+                let (url, meta) = (self.window.url(), self.window.meta());
+                let mapped = self.client().with_local_chunk(url, meta, index, |local, chunk, slot, len| {
+                    local.write_mapped_chunk(chunk, slot, len, &mut write)
+                });
+                if let Some(written) = mapped {
                     written?;
                     self.pos = chunk_end;
                     self.window.passed(index);

@@ -56,7 +56,7 @@ fn epochs(fleet: &Fleet, urls: &[String], shuffle: bool) -> Vec<f64> {
                 assert_eq!(client.read(&urls[i]).unwrap().len() as u64, MIB, "{}", urls[i]);
             }
             // Direct hits (chunks read straight from their files) count once reported.
-            client.report_direct_reads();
+            client.send_read_reports();
             (fleet.total("hits") - before) as f64 / chunks
         })
         .collect()

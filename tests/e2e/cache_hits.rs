@@ -23,7 +23,7 @@ fn second_read_is_served_from_cache_with_zero_origin_gets() {
     assert_eq!(moto().gets_settled(&bucket), after_cold, "warm reads reached the origin");
     // Warm chunks are read straight from their files (direct hits), counted by the slots once
     // reported.
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(fleet.total("hits"), 63);
     assert!(fleet.total("bytes_from_cache") >= 3 * want.len() as u64);
 }

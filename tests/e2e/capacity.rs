@@ -95,7 +95,7 @@ fn epoch_hit_ratios(fleet: &Fleet, objects: &[(String, Vec<u8>)], epochs: usize,
                 let (url, data) = &objects[i];
                 assert!(client.read(url).unwrap() == *data, "{url} differs");
             }
-            client.report_direct_reads();
+            client.send_read_reports();
             (fleet.total("hits") - before) as f64 / chunks
         })
         .collect()

@@ -42,7 +42,7 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let hits_before = client.direct_counters().unwrap().hits.load(Ordering::Relaxed);
 
     // Slot 1 stops answering. The reads go on, and report to it every 256 reads or so: 20 reports,
@@ -68,12 +68,12 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
 
     // Answering again: what is read from now on is counted, by both slots.
     drop(stopped);
-    client.report_direct_reads();
+    client.send_read_reports();
     let counted = fleet.total("hits");
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(fleet.total("hits") - counted, objects.len() as u64, "the slots counted every read reported");
 
     // The fleet starts again under the same client: its report connections are dead, new ones
@@ -84,14 +84,86 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     for (url, data) in &objects {
         assert!(client.read(url).unwrap() == *data, "{url} after the restart");
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let (counted, direct_before) =
         (fleet.total("hits"), client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     let direct = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - direct_before;
     assert_eq!(direct, objects.len() as u64, "read directly after the restart");
     assert_eq!(fleet.total("hits") - counted, direct, "the restarted slots counted every read reported");
+}
+
+/// Set (to the fleet's run dir) in the child process of
+/// [`a_process_that_ends_reports_its_direct_reads_unasked`], with the URLs it reads.
+const EXIT_CHILD_RUN_DIR: &str = "MEMARTS_TEST_EXIT_CHILD_RUN_DIR";
+const EXIT_CHILD_URLS: &str = "MEMARTS_TEST_EXIT_CHILD_URLS";
+
+/// A process that ends with its client still held (`exit`, no drop) has its direct reads counted
+/// by the slots all the same (the shim's exit hook sends them), and so has `memarts cat` (whose
+/// read-ahead workers may still hold its client when it exits): nobody asks for the reports.
+#[test]
+fn a_process_that_ends_reports_its_direct_reads_unasked() {
+    if let Ok(run_dir) = std::env::var(EXIT_CHILD_RUN_DIR) {
+        read_and_exit(&run_dir);
+    }
+    let bucket = moto().bucket("exitreports");
+    let objects: Vec<(String, Vec<u8>)> =
+        (0..8u64).map(|i| (format!("s3://{bucket}/o{i}"), pattern(9300 + i, 100 << 10))).collect();
+    for (url, data) in &objects {
+        moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
+    }
+    // Without pins: reads of pinned chunks are counted from the pin tables, not reported.
+    let fleet = Fleet::start(2, &[("MEMARTS_PIN_MEMORY", "0")]);
+    fleet.wait_index_ready();
+    let client = fleet.client(MIB);
+    for (url, data) in &objects {
+        assert!(client.read(url).unwrap() == *data, "{url} cold");
+    }
+    fleet.wait_cached(objects.len() as u64);
+    drop(client);
+
+    let hits = fleet.total("hits");
+    let urls: Vec<&str> = objects.iter().map(|(u, _)| u.as_str()).collect();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "direct_reports::a_process_that_ends_reports_its_direct_reads_unasked"])
+        .args(["--nocapture", "--test-threads=1"])
+        .env(EXIT_CHILD_RUN_DIR, &fleet.run_dir)
+        .env(EXIT_CHILD_URLS, urls.join(" "))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "the child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    // After the harness's "test <name> ... " on the same line.
+    let direct: u64 = stdout
+        .split("direct hits: ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no count from the child: {stdout}"))
+        .parse()
+        .unwrap();
+    assert_eq!(direct, objects.len() as u64, "the child read every object directly");
+    assert_eq!(fleet.total("hits") - hits, direct, "the slots counted the reads of a process that ended");
+
+    let hits = fleet.total("hits");
+    for (url, data) in &objects {
+        let out = fleet.memarts(&["cat", url]);
+        assert!(out.status.success() && out.stdout == *data, "memarts cat {url}");
+    }
+    assert_eq!(fleet.total("hits") - hits, objects.len() as u64, "the slots counted memarts cat's reads");
+}
+
+/// The child of [`a_process_that_ends_reports_its_direct_reads_unasked`]: reads the objects, says
+/// how many chunks it read directly, and exits with its client still held.
+fn read_and_exit(run_dir: &str) -> ! {
+    let cfg = memarts_shim::ShimConfig { run_dir: run_dir.into(), chunk_size: MIB, ..Default::default() };
+    let client = memarts_shim::Client::new(cfg).unwrap();
+    for url in std::env::var(EXIT_CHILD_URLS).unwrap().split(' ') {
+        client.read(url).unwrap();
+    }
+    println!("direct hits: {}", client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
+    std::mem::forget(client);
+    std::process::exit(0);
 }

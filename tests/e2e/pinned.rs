@@ -60,7 +60,7 @@ fn read_until_pinned(client: &Client, objects: &[(String, Vec<u8>)]) {
             return;
         }
         assert!(Instant::now() < deadline, "never pinned: {:?}", direct(client));
-        client.report_direct_reads();
+        client.send_read_reports();
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -251,7 +251,7 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
         for (url, data) in &objects {
             assert!(client.read(url).unwrap() == *data);
         }
-        client.report_direct_reads();
+        client.send_read_reports();
         std::thread::sleep(Duration::from_millis(150));
     }
     assert!(!pin_table_path(&fleet.run_dir, 0).exists(), "no pin table with pins off");
@@ -266,7 +266,7 @@ fn evicted_chunks_let_go_of_their_pins_and_pins_can_be_turned_off() {
         for (url, data) in &objects {
             assert!(client.read(url).unwrap() == *data);
         }
-        client.report_direct_reads();
+        client.send_read_reports();
         std::thread::sleep(Duration::from_millis(150));
     }
     let mut pinned = 0;
@@ -316,7 +316,7 @@ fn reads_of_pinned_chunks_need_no_request_are_counted_by_their_slot_and_keep_wha
     for _ in 0..3 {
         read_all(&client, &a);
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(direct(&client).1 - pinned, 90, "A read from its pins");
     assert_eq!(fleet.total("requests") - requests, 3, "reads of pinned chunks made requests");
     assert_eq!(fleet.total("hits") - hits, 90, "the slot counted the pinned reads");
@@ -354,12 +354,12 @@ fn after_a_restart_only_chunks_read_again_get_pinned() {
     }
     let (hits, pinned, _) = direct(&client);
     assert_eq!((hits, pinned), (8, 0), "the first epoch: direct reads, none pinned");
-    client.report_direct_reads();
+    client.send_read_reports();
     std::thread::sleep(Duration::from_millis(500));
     for (url, data) in &objects {
         assert!(client.read(url).unwrap() == *data, "{url} second epoch");
     }
     assert_eq!(direct(&client).1, 0, "chunks read once after the restart were pinned");
-    client.report_direct_reads();
+    client.send_read_reports();
     read_until_pinned(&client, &objects);
 }

@@ -107,7 +107,7 @@ fn hints_over_a_cold_prefix_make_the_reads_hits_with_one_get_per_chunk() {
     for (url, want) in &data {
         assert!(client.read(url).unwrap() == *want, "{url}: wrong bytes");
     }
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(fleet.total("hits") - hits_before, want_chunks, "every prefetched chunk was a hit");
     let chunks: u64 = data.iter().map(|(_, d)| (d.len() as u64).div_ceil(CS)).sum();
     assert_eq!(moto().gets_settled(&bucket) as u64, chunks, "exactly one origin GET per chunk");
@@ -365,7 +365,7 @@ fn prefetch_over_a_dataset_twice_the_cache_fetches_nothing_twice_and_keeps_the_b
             assert!(client.read(url).unwrap() == *want, "epoch {epoch}: {url} differs");
         }
         wait_prefetched(&client);
-        client.report_direct_reads();
+        client.send_read_reports();
         let (hits, gets) = (fleet.total("hits") - hits, moto().gets_settled(&bucket) as u64 - gets);
         assert!(
             gets <= OBJECTS as u64,

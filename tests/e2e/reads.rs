@@ -46,7 +46,7 @@ fn a_100_mib_object_reads_byte_exact_with_1_mib_chunks() {
     let url = format!("s3://{bucket}/big.bin");
     assert!(client.read(&url).unwrap() == want, "cold read differs");
     assert!(client.read(&url).unwrap() == want, "warm read differs");
-    client.report_direct_reads();
+    client.send_read_reports();
     assert_eq!(fleet.total("misses"), 100);
     assert!(fleet.total("hits") >= 100);
 }

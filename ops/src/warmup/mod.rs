@@ -273,8 +273,7 @@ pub fn warmup(common: &Common, args: &WarmupArgs) -> Result<ExitCode> {
     });
     readers.bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64().max(1e-9);
-    // What was read straight from the chunk files counts once reported.
-    client.report_direct_reads();
+    // `status` reports what was read straight from the chunk files first: it counts.
     let after = counters(&client);
     let read = bytes.load(Ordering::Relaxed);
     let failures = failures.into_inner().unwrap_or_else(|p| p.into_inner());

@@ -19,6 +19,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+mod at_exit;
 mod settings;
 mod stream;
 
@@ -119,6 +120,8 @@ impl Client {
         let mut fleet = memarts_proxy::config::FleetConfig::default();
         fleet.apply_settings(&settings);
         let inner = py.detach(|| Session::open(&settings, shim, fleet)).map_err(|e| to_py(py, e))?;
+        // What its reads of the cache's files leave unreported is sent when the process ends.
+        at_exit::register(py)?;
         Ok(Client { inner: Arc::new(inner) })
     }
 
@@ -331,11 +334,8 @@ impl Client {
     /// that failed their checks: never served, refetched by their slot) and `direct_pinned` (hits on
     /// chunks their slot held locked in memory and checked when pinned: no CRC32C computed again).
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
-        // This process's direct reads first, so that the slots' counters include them.
-        let statuses = py.detach(|| {
-            self.inner.report_direct_reads();
-            self.inner.status(std::time::Duration::from_secs(5))
-        });
+        // `status` reports this process's direct reads first: the slots' counters include them.
+        let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
         let mut sums = std::collections::BTreeMap::new();
         for (_slot, status) in statuses {
             let Ok(s) = status else {
@@ -390,10 +390,11 @@ impl Client {
     }
 
     /// Reports this client's direct reads (warm chunks read straight from their files) to their
-    /// slots now; they go in batches otherwise. `memarts.file` calls it when the process exits (a
-    /// DataLoader worker included), so that the slots count every read for eviction.
+    /// slots now, and waits until they are counted. Never needed for the counts to get there: they
+    /// go in batches, and the rest when the client goes or the process ends (a DataLoader worker
+    /// included, `at_exit.rs`); for a caller that wants the slots' eviction to see them now.
     fn report_direct_reads(&self, py: Python<'_>) {
-        py.detach(|| self.inner.report_direct_reads());
+        py.detach(|| self.inner.send_read_reports());
     }
 
     /// Hints that `urls` will be read soon: the fleet fetches them ahead (each on the slot its read

@@ -1,6 +1,10 @@
 """Direct reads from Python: a warm object is read straight from its chunk files (no request to a
-proxy), byte-exact, and the reads are reported to the slots, also by DataLoader workers, which end
-without running atexit handlers (multiprocessing's finalizers report them)."""
+proxy), byte-exact, and the reads are reported to the slots, also by a process that ends and by
+DataLoader workers, which end without running atexit handlers (the extension's multiprocessing
+finalizer reports them); nothing in ``memarts.file`` asks for it."""
+
+import subprocess
+import sys
 
 import pytest
 from torch.utils.data import DataLoader
@@ -57,5 +61,20 @@ def test_dataloader_workers_report_their_direct_reads_when_they_end(s3, bucket, 
     assert seen == data
     after = memarts.stats()
     # Read by the workers, not by this process, and reported by them as they ended.
+    assert after["direct_hits"] == before["direct_hits"]
+    assert after["hits"] - before["hits"] == _chunks(data), (before, after)
+
+
+@pytest.mark.proxy_only
+def test_a_process_that_ends_has_its_direct_reads_counted(s3, bucket, fleet):
+    data = _objects(s3, bucket, 6)
+    for url, body in data.items():
+        assert mox_file.read(url, binary=True) == body
+    fleet.wait_cached(_chunks(data))
+    before = memarts.stats()
+    script = "import sys\nfrom memarts import file\nfor url in sys.argv[1:]:\n    file.read(url, binary=True)\n"
+    subprocess.run([sys.executable, "-c", script, *data], check=True)
+    after = memarts.stats()
+    # Read by the child, not by this process, and reported as it ended.
     assert after["direct_hits"] == before["direct_hits"]
     assert after["hits"] - before["hits"] == _chunks(data), (before, after)

@@ -97,35 +97,7 @@ def _fleet():
             if _client is None or _client_pid != os.getpid():
                 _client = _memarts.Client()
                 _client_pid = os.getpid()
-                _report_at_exit()
     return _client
-
-
-def _report_direct_reads():
-    client, pid = _client, _client_pid
-    if client is not None and pid == os.getpid():
-        try:
-            client.report_direct_reads()
-        except Exception:  # noqa: BLE001 — best effort at exit: only eviction's view of the reads is lost
-            pass
-
-
-_reported_at_exit = set()
-
-
-def _report_at_exit():
-    """Direct reads (warm chunks read straight from their files) are reported to the slots in
-    batches; what is left is reported when the process ends: at interpreter exit, and at the end of
-    a multiprocessing child such as a DataLoader worker, which ends with ``os._exit`` (no atexit)
-    after running multiprocessing's finalizers."""
-    import atexit
-    import multiprocessing.util
-
-    if os.getpid() in _reported_at_exit:
-        return
-    _reported_at_exit.add(os.getpid())
-    atexit.register(_report_direct_reads)
-    multiprocessing.util.Finalize(None, _report_direct_reads, exitpriority=0)
 
 
 def _reset_client():
