@@ -88,7 +88,7 @@ demo: build
 
 # One run, all figures side by side (BENCH_SCALE=small: under 5 minutes): cold reads against the
 # emulated link's capacity on an s3s-fs origin (link.json; tests/bench/origin, s3s-fs with GET bodies read whole and
-# LISTs of the prefix's directory only, is built into target/bench-tools once), the Rust bench (fleet.json), warm reads with direct hits against local
+# LISTs of the prefix's directory only, is built into target/bench-tools once), the Rust bench (fleet.json), warm reads with local hits against local
 # files (warm.json), the Python package (python.json), memarts against the tools users pick instead
 # over an emulated remote link (compare.json; the peers are pip-installed by the script), a cluster
 # pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json), a warm

@@ -14,14 +14,15 @@ pub fn fleet_file(run_dir: &Path) -> PathBuf {
     run_dir.join("fleet.json")
 }
 
-/// The metadata table `slot` publishes for direct hits: `<run dir>/meta-<slot>.table`
+/// The metadata table `slot` publishes for local hits: `<run dir>/meta-<slot>.table`
 /// (`crate::meta_table`).
 pub fn meta_table_path(run_dir: &Path, slot: u32) -> PathBuf {
     run_dir.join(format!("meta-{slot}.table"))
 }
 
-/// The pin table `slot` publishes for direct hits: `<run dir>/pins-<slot>.table`
-/// (`crate::pin_table`).
-pub fn pin_table_path(run_dir: &Path, slot: u32) -> PathBuf {
+/// The resident table `slot` publishes for local hits: `<run dir>/pins-<slot>.table` (the
+/// file keeps the name it had when resident chunks were called pinned ones)
+/// (`crate::resident_table`).
+pub fn resident_table_path(run_dir: &Path, slot: u32) -> PathBuf {
     run_dir.join(format!("pins-{slot}.table"))
 }

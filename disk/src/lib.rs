@@ -8,21 +8,21 @@
 //!   page-aligned data); where it lives under a cache root; [`chunk_file::verify`], the checks a
 //!   chunk file passes before its bytes are served, written once for both sides.
 //! - [`meta_table`]: the metadata a slot publishes in a shared file, with which a shim reads a warm
-//!   object with no round trip; [`pin_table`]: the chunks a slot holds locked in memory and
+//!   object with no round trip; [`resident_table`]: the chunks a slot holds locked in memory and
 //!   checked, whose readers skip the CRC32C. Both are thin typed layers over one shared table
 //!   (`seq_table.rs`: header, seqlocked entries, probing; `seqlock.rs`: the entry's sequence
 //!   number), in a file of words mapped shared (`shared_file.rs`).
 //! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables).
 //!
 //! The byte layouts are documented at the top of `chunk_file/format.rs`, `meta_table/mod.rs` and
-//! `pin_table.rs`, and frozen by `tests/golden.rs`. Chunk identity and ownership, URLs and the
+//! `resident_table.rs`, and frozen by `tests/golden.rs`. Chunk identity and ownership, URLs and the
 //! CRC32C are the wire's too (a shim routes a chunk by its id): they are `memarts-protocol`'s, which
 //! this crate depends on (never the reverse).
 
 pub mod chunk_file;
 pub mod layout;
 pub mod meta_table;
-pub mod pin_table;
+pub mod resident_table;
 mod seq_table;
 mod seqlock;
 mod shared_file;

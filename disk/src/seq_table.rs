@@ -1,10 +1,10 @@
 //! [`SeqTable`]: the one implementation of the tables a slot publishes in mapped files
-//! (`meta_table`, `pin_table`), which are thin typed layers over it. Each is an open-addressing
+//! (`meta_table`, `resident_table`), which are thin typed layers over it. Each is an open-addressing
 //! table of fixed-size entries of words, seqlocked (`crate::seqlock`), after a header; a [`Shape`]
 //! says where things are in one kind of table, and nothing here depends on what an entry means.
 //!
 //! What every such table has in common (the layouts at the top of `meta_table/mod.rs` and
-//! `pin_table.rs` say the rest, word for word):
+//! `resident_table.rs` say the rest, word for word):
 //!
 //! ```text
 //! header word 0              magic

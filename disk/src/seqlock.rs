@@ -1,5 +1,5 @@
 //! Entries of words guarded by a sequence number (a seqlock), shared by the tables a slot publishes
-//! in mapped files (`meta_table`, `pin_table`): one writer, any number of readers in any process,
+//! in mapped files (`meta_table`, `resident_table`): one writer, any number of readers in any process,
 //! readers never block the writer and never see a torn entry. Word 0 of an entry is its sequence
 //! number: 0 never written, odd while being written, even once written.
 

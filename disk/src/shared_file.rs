@@ -1,5 +1,5 @@
 //! A file of words mapped shared, as the tables a slot publishes for the shims (`meta_table`,
-//! `pin_table`) are: created by the slot (a temp file renamed into place, so no reader maps a
+//! `resident_table`) are: created by the slot (a temp file renamed into place, so no reader maps a
 //! half-made one), opened read-only by shims.
 
 use std::fs::{File, OpenOptions};

@@ -1,5 +1,5 @@
 //! Golden bytes: the layouts of the files other processes map or read (chunk files, the metadata
-//! table, the pin table) are frozen here. A process of an older build may read them across a
+//! table, the resident table) are frozen here. A process of an older build may read them across a
 //! rolling restart, and a cache outlives the build that wrote it: if one of these fails, the change
 //! broke that; make a new format version (a new magic or layout version) instead of editing these.
 
@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memarts_disk::chunk_file::format::{self, decode_header, encode_header, FLAG_MEMARTS_ONLY};
 use memarts_disk::chunk_file::{chunk_relative_path, verify, ChunkKey};
 use memarts_disk::meta_table::{self, MetaTable, Published, TableFile};
-use memarts_disk::pin_table::{self, PinFile, PinTable, Stamp};
+use memarts_disk::resident_table::{self, ResidentFile, ResidentTable, Stamp};
 
 fn small_key() -> ChunkKey {
     ChunkKey {
@@ -126,9 +126,9 @@ fn meta_table_header_and_entry_words() {
 }
 
 #[test]
-fn pin_table_header_and_entry_words() {
-    let w = words(pin_table::table_len(16));
-    let table = PinTable::init(&w).unwrap();
+fn resident_table_header_and_entry_words() {
+    let w = words(resident_table::table_len(16));
+    let table = ResidentTable::init(&w).unwrap();
     let magic = u64::from_le_bytes(*b"MAPINTB1");
     assert_eq!(loaded(&w[..16]), [magic, 1, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     table.mark_superseded();
@@ -136,20 +136,20 @@ fn pin_table_header_and_entry_words() {
     // Id 3 (low) | 9 (high): home place 3, entry i at word 16 + 8i.
     let id = 9u128 << 64 | 3;
     let stamp = Stamp { ino: 77, size: 8192, mtime_ns: 1_000, ctime_ns: -1 };
-    assert_eq!(table.pin(id, stamp), Some(3));
+    assert_eq!(table.insert(id, stamp), Some(3));
     let entry = 16 + 8 * 3;
     assert_eq!(loaded(&w[entry..entry + 8]), [2, 3, 9, 77, 8192, 1_000, u64::MAX, 0]);
-    let pin = table.lookup(id).unwrap();
-    table.note_read(&pin);
+    let found = table.lookup(id).unwrap();
+    table.note_read(&found);
     assert_eq!(w[entry + 7].load(Ordering::Relaxed), 1, "word +7: reads, outside the seqlock");
-    assert!(table.unpin(id));
+    assert!(table.withdraw(id));
     assert_eq!(loaded(&w[entry..entry + 3]), [4, 0, 0], "withdrawn: the id zeroed under a new seq");
     // A fresh table in its file: the header, then the owner lock (glibc's, not frozen here).
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("pins-0.table");
-    let _file = PinFile::create(&path, 100).unwrap();
+    let path = dir.path().join("resident-0.table");
+    let _file = ResidentFile::create(&path, 100).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes.len(), pin_table::table_len(100), "sized as asked; 64 entries of it used");
+    assert_eq!(bytes.len(), resident_table::table_len(100), "sized as asked; 64 entries of it used");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
     assert_eq!(head, [magic, 1, 64, 0, 0, 0, 0, 0]);
 }

@@ -221,11 +221,11 @@ pub struct StartArgs {
     /// what it would push out) or lru [env: MEMARTS_EVICTION] [default: tinylfu]
     #[arg(long)]
     pub eviction: Option<String>,
-    /// Bytes of chunks read directly that the fleet keeps locked in memory, checked once, so that
-    /// their readers skip the CRC32C, e.g. 2GiB; 0: none [env: MEMARTS_PIN_MEMORY]
-    /// [config: pin_memory] [default: a sixteenth of the machine's memory]
-    #[arg(long, value_name = "SIZE")]
-    pub pin_memory: Option<String>,
+    /// Bytes of locally read chunks the fleet keeps resident (locked in memory, checked once), so
+    /// that their readers skip the CRC32C, e.g. 2GiB; 0: none [env: MEMARTS_RESIDENT_MEMORY]
+    /// [config: resident_memory] [default: a sixteenth of the machine's memory]
+    #[arg(long, value_name = "SIZE", alias = "pin-memory")]
+    pub resident_memory: Option<String>,
     /// Serve the node's metrics for Prometheus at http://HOST:PORT/metrics (one slot serves them
     /// for the whole fleet, each labelled with its slot) [env: MEMARTS_METRICS_ADDRESS]
     /// [config: metrics_address] [default: not served]

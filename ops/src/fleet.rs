@@ -38,8 +38,8 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(engine) = &args.io_engine {
         cfg.io_engine = engine.clone();
     }
-    if let Some(bytes) = &args.pin_memory {
-        cfg.pin_memory = Some(parse_size(bytes).context("--pin-memory")?);
+    if let Some(bytes) = &args.resident_memory {
+        cfg.resident_memory = Some(parse_size(bytes).context("--resident-memory")?);
     }
     if let Some(policy) = &args.eviction {
         cfg.eviction = policy.clone();

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use memarts_disk::layout::{meta_table_path, pin_table_path};
+use memarts_disk::layout::{meta_table_path, resident_table_path};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -67,8 +67,8 @@ pub(crate) fn clean_stale(run_dir: &Path) -> Result<usize> {
         removed += usize::from(std::fs::remove_file(&socket).is_ok());
         // Its metadata table too: clients must not read by the ownership of a slot that is gone.
         removed += usize::from(std::fs::remove_file(meta_table_path(run_dir, slot)).is_ok());
-        // And its pin table (dead with it already: its owner lock says so).
-        removed += usize::from(std::fs::remove_file(pin_table_path(run_dir, slot)).is_ok());
+        // And its resident table (dead with it already: its owner lock says so).
+        removed += usize::from(std::fs::remove_file(resident_table_path(run_dir, slot)).is_ok());
         removed += usize::from(std::fs::remove_file(&path).is_ok());
         drop(lock);
     }

@@ -222,7 +222,7 @@ pub enum Request {
     /// Every metric of the slot: answered with `Metrics` (for the node's Prometheus endpoint, which
     /// one slot serves for all). Proxies before it answer `BadRequest` and close the connection.
     Metrics,
-    /// Chunks of this slot that a client read straight from their files (direct hits, found through
+    /// Chunks of this slot that a client read straight from their files (local hits, found through
     /// the slot's metadata table), at most [`MAX_TOUCHES`], batched: the slot counts them as the
     /// hits they were, for its counters and for its eviction (recency and frequency), as if it had
     /// served them. Answered with `Touched`.

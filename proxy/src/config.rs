@@ -51,7 +51,7 @@ pub struct FleetConfig {
     /// `MOX_OBS_CLIENT_LOG`, on by default).
     pub origin_log: bool,
     /// Serve from the origin without caching anything (memarts disabled: the client library's
-    /// direct mode). Single-flight and the metadata cache still apply.
+    /// origin mode). Single-flight and the metadata cache still apply.
     pub passthrough: bool,
     /// How long a stat result is trusted before the ETag is revalidated with the origin.
     pub meta_ttl_secs: f64,
@@ -85,12 +85,13 @@ pub struct FleetConfig {
     /// wait their turn. A number or a string such as `"1GiB"`.
     #[serde(deserialize_with = "de_size")]
     pub memory_budget: Option<u64>,
-    /// Bytes of chunks the fleet may hold locked in memory for direct reads, which then skip the
-    /// CRC32C of what they read (pinned chunks, checked once when pinned); `None`: a sixteenth
-    /// of the machine's memory; 0: none. Each slot takes its share, within its `RLIMIT_MEMLOCK`
-    /// unless it runs as root. A number or a string such as `"2GiB"`.
-    #[serde(deserialize_with = "de_size")]
-    pub pin_memory: Option<u64>,
+    /// Bytes of chunks the fleet may hold locked in memory for local reads, which then skip the
+    /// CRC32C of what they read (resident chunks, checked once when made resident); `None`: a
+    /// sixteenth of the machine's memory; 0: none. Each slot takes its share, within its
+    /// `RLIMIT_MEMLOCK` unless it runs as root. A number or a string such as `"2GiB"`
+    /// (`pin_memory`, its former name, is read too).
+    #[serde(deserialize_with = "de_size", alias = "pin_memory")]
+    pub resident_memory: Option<u64>,
     pub origin: OriginConfig,
     /// The cluster this node's fleet is part of (`--cluster FILE --node ID`, `MEMARTS_CLUSTER`,
     /// `MEMARTS_NODE_ID`, or a `[cluster]` table); `None`: a single node, as without the pool.
@@ -171,7 +172,7 @@ impl Default for FleetConfig {
             drain_timeout_secs: 10.0,
             spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
             memory_budget: None,
-            pin_memory: None,
+            resident_memory: None,
             origin: OriginConfig::default(),
             cluster: None,
             prefetch: PrefetchConfig::default(),
@@ -199,8 +200,8 @@ impl FleetConfig {
         if let Some(kind) = env.io_engine {
             self.io_engine = kind.to_string();
         }
-        if let Some(bytes) = env.pin_memory {
-            self.pin_memory = Some(bytes);
+        if let Some(bytes) = env.resident_memory {
+            self.resident_memory = Some(bytes);
         }
         if let Some(policy) = env.eviction {
             self.eviction = policy.to_string();

@@ -1,5 +1,5 @@
 //! A slot run inside the calling process: the engine of the client library's embedded mode
-//! (`USE_MEMARTS=1` with no fleet) and direct mode (no memarts: a pass-through slot that caches
+//! (`USE_MEMARTS=1` with no fleet) and origin mode (no memarts: a pass-through slot that caches
 //! nothing). It serves a private Unix socket from its own thread and runtime, so the client talks to
 //! it exactly as to a fleet, with every guarantee of the fleet's read path.
 //!
@@ -42,7 +42,7 @@ impl Embedded {
         // A worker's own engine is no member of the node's cluster (only fleets are).
         cfg.cluster = None;
         // Every worker may run an engine of its own: none locks memory unless told to.
-        cfg.pin_memory = Some(cfg.pin_memory.unwrap_or(0));
+        cfg.resident_memory = Some(cfg.resident_memory.unwrap_or(0));
         remove_leftovers(base);
         let run_dir = new_private_dir(base)
             .map_err(|source| StartError::PrivateRunDir { path: base.join(PREFIX), source })?;

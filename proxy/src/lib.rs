@@ -108,8 +108,8 @@ pub fn build_engine_with(
 }
 
 /// Creates the slot's metadata table, from which shims of the fleet's uid read warm objects with no
-/// round trip (`engine/direct.rs`). Not where nothing is cached or the metadata is never trusted
-/// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the direct hits.
+/// round trip (`engine/local_reads.rs`). Not where nothing is cached or the metadata is never trusted
+/// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the local hits.
 pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     let ttl = cfg.meta_ttl();
     if cfg.passthrough || ttl.is_zero() {
@@ -117,18 +117,18 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     }
     let path = memarts_disk::layout::meta_table_path(&cfg.run_dir, slot);
     if let Err(e) = engine.publish_metadata(path.clone()) {
-        tracing::warn!("no direct hits: cannot create {}: {e}", path.display());
+        tracing::warn!("no local hits: cannot create {}: {e}", path.display());
         return;
     }
-    let fleet = cfg.pin_memory.unwrap_or_else(engine::pins::default_fleet_budget);
-    let budget = engine::pins::slot_budget(fleet, cfg.slots);
+    let fleet = cfg.resident_memory.unwrap_or_else(engine::resident::default_fleet_budget);
+    let budget = engine::resident::slot_budget(fleet, cfg.slots);
     if budget == 0 {
         return;
     }
-    let path = memarts_disk::layout::pin_table_path(&cfg.run_dir, slot);
-    if let Err(e) = engine.publish_pins(&path, budget) {
+    let path = memarts_disk::layout::resident_table_path(&cfg.run_dir, slot);
+    if let Err(e) = engine.publish_residents(&path, budget) {
         tracing::warn!(
-            "no pinned chunks (direct reads check every byte): cannot create {}: {e}",
+            "no resident chunks (local reads check every byte): cannot create {}: {e}",
             path.display()
         );
     }

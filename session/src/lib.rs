@@ -6,7 +6,7 @@
 //!   the client does not trust is an error (`Untrusted`), never a reason to go on without it.
 //! - **embedded**: `USE_MEMARTS=1` and no fleet: one slot runs inside this process, on the shared
 //!   cache dir, behind a private socket; the client talks to it exactly as to a fleet.
-//! - **direct**: neither: the same in-process slot in pass-through (it reads the origin and caches
+//! - **origin**: neither: the same in-process slot in pass-through (it reads the origin and caches
 //!   nothing).
 //!
 //! The in-process slot does not survive a `fork`; a forked child opens its own [`Session`].
@@ -22,18 +22,21 @@ use memarts_shim::{fleet_running, Client};
 /// How a [`Session`] reaches its engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
+    /// The fleet's proxies.
     Proxy,
+    /// The engine in this process, caching in the cache dir (`USE_MEMARTS=1`, no fleet).
     Embedded,
-    Direct,
+    /// No cache at all: every read from the origin (no fleet, `USE_MEMARTS` unset).
+    Origin,
 }
 
 impl Mode {
-    /// `"proxy"`, `"embedded"` or `"direct"`.
+    /// `"proxy"`, `"embedded"` or `"origin"`.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Proxy => "proxy",
             Mode::Embedded => "embedded",
-            Mode::Direct => "direct",
+            Mode::Origin => "origin",
         }
     }
 }
@@ -48,20 +51,20 @@ pub struct Session {
 
 impl Session {
     /// Resolves the mode from `settings` and whether a fleet runs in `shim.run_dir`, and connects.
-    /// `fleet` configures the in-process engine of embedded and direct mode (its run dir is private
-    /// and its own; in direct mode its cache dir too).
+    /// `fleet` configures the in-process engine of embedded and origin mode (its run dir is private
+    /// and its own; in origin mode its cache dir too).
     pub fn open(settings: &Settings, shim: ShimConfig, fleet: FleetConfig) -> Result<Session> {
         let mode = if settings.use_memarts_proxy || fleet_running(&shim.run_dir) {
             Mode::Proxy
         } else if settings.use_memarts {
             Mode::Embedded
         } else {
-            Mode::Direct
+            Mode::Origin
         };
         if mode == Mode::Proxy {
             return Ok(Session { client: Client::new(shim)?, mode, _engine: None });
         }
-        let fleet = FleetConfig { passthrough: mode == Mode::Direct, ..fleet };
+        let fleet = FleetConfig { passthrough: mode == Mode::Origin, ..fleet };
         let engine = Embedded::start(fleet)
             .map_err(|e| Error::Unavailable(format!("in-process memarts engine: {e}")))?;
         let client = Client::new(ShimConfig { run_dir: engine.run_dir().to_path_buf(), ..shim })?;

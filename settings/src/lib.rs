@@ -72,7 +72,8 @@ vars! {
     "MEMARTS_TIMEOUT", Client, "seconds a call retries a slot that is down or restarting (default 30)";
     "MEMARTS_SPIN_US", Client, "microseconds a client and a proxy poll their socket before blocking, 0 to 10000 (default 100)";
     "MEMARTS_TRUSTED_UIDS", Client, "uids or user names whose fleets a client trusts besides its own (e.g. root)";
-    "MEMARTS_DIRECT_READS", Client, "0: never read chunk files directly, every read asks a proxy (default 1: warm reads of the fleet's own uid need no round trip)";
+    "MEMARTS_LOCAL_READS", Client, "0: never read the cache's chunk files locally, every read asks a proxy (default 1: warm reads of the fleet's own uid need no round trip)";
+    "MEMARTS_DIRECT_READS", Client, "the former name of MEMARTS_LOCAL_READS, read when that is unset";
     "MOX_OBS_TO_MOUNT_PATH", Python, "object prefixes read from local mounts: obs://a=/cache/a;obs://b=/cache/b";
     "MOX_AUTO_READ_META_FREE", Python, "1: read behaves as read_meta_free";
     "USE_METADATA_CACHE", Python, "1: a persistent metadata cache for read, copy and copy_parallel";
@@ -84,7 +85,8 @@ vars! {
     "MEMARTS_CACHE_CAPACITY", Fleet, "bytes on disk the cache may use, e.g. 50GiB (default 80% of the free space)";
     "MEMARTS_ONLY_CAPACITY", Fleet, "bytes memarts-only objects may use, fleet-wide, e.g. 10GiB";
     "MEMARTS_IO_ENGINE", Fleet, "SSD I/O engine: auto, io_uring or pread (default auto)";
-    "MEMARTS_PIN_MEMORY", Fleet, "bytes of chunks read directly the fleet keeps locked in memory, checked once, e.g. 2GiB (default: a sixteenth of the memory; 0: none)";
+    "MEMARTS_RESIDENT_MEMORY", Fleet, "bytes of locally read chunks the fleet keeps resident (locked in memory, checked once), e.g. 2GiB (default: a sixteenth of the memory; 0: none)";
+    "MEMARTS_PIN_MEMORY", Fleet, "the former name of MEMARTS_RESIDENT_MEMORY, read when that is unset";
     "MEMARTS_EVICTION", Fleet, "what a full cache keeps: tinylfu (default: chunks read more often win) or lru";
     "MOX_OBS_CLIENT_LOG", Fleet, "1: log every origin request to <run dir>/origin-<slot>.log (default 1)";
     "MEMARTS_CREDENTIALS_FILE", Fleet, "a JSON credentials file re-read as it rotates (the OSS connector's format)";
@@ -120,8 +122,8 @@ pub struct Settings {
     pub spin: Option<Duration>,
     /// `None` when unset: the CLI's config file may still list some.
     pub trusted_uids: Option<Vec<u32>>,
-    /// `MEMARTS_DIRECT_READS` (default true): warm reads straight from the chunk files.
-    pub direct_reads: bool,
+    /// `MEMARTS_LOCAL_READS` (default true): warm reads straight from the chunk files.
+    pub local_reads: bool,
     pub mounts: Vec<(String, String)>,
     pub auto_read_meta_free: bool,
     pub use_metadata_cache: bool,
@@ -136,7 +138,7 @@ pub struct Settings {
     pub only_capacity: Option<u64>,
     pub io_engine: Option<EngineKind>,
     pub eviction: Option<Eviction>,
-    pub pin_memory: Option<u64>,
+    pub resident_memory: Option<u64>,
     pub origin_log: Option<bool>,
     pub credentials_file: Option<PathBuf>,
     pub log: Option<String>,
@@ -175,7 +177,10 @@ impl Settings {
             timeout: env.opt("MEMARTS_TIMEOUT", parse::seconds)?.unwrap_or(Duration::from_secs(30)),
             spin: env.opt("MEMARTS_SPIN_US", parse::spin_us)?,
             trusted_uids: env.opt("MEMARTS_TRUSTED_UIDS", parse::uids)?,
-            direct_reads: env.opt("MEMARTS_DIRECT_READS", parse::flag)?.unwrap_or(true),
+            local_reads: env
+                .opt("MEMARTS_LOCAL_READS", parse::flag)?
+                .or(env.opt("MEMARTS_DIRECT_READS", parse::flag)?)
+                .unwrap_or(true),
             mounts: env.opt("MOX_OBS_TO_MOUNT_PATH", parse::mounts)?.unwrap_or_default(),
             auto_read_meta_free: env.flag("MOX_AUTO_READ_META_FREE")?,
             use_metadata_cache: env.flag("USE_METADATA_CACHE")?,
@@ -192,7 +197,9 @@ impl Settings {
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
             io_engine: env.opt("MEMARTS_IO_ENGINE", parse::engine)?,
             eviction: env.opt("MEMARTS_EVICTION", parse::eviction)?,
-            pin_memory: env.opt("MEMARTS_PIN_MEMORY", parse::size)?,
+            resident_memory: env
+                .opt("MEMARTS_RESIDENT_MEMORY", parse::size)?
+                .or(env.opt("MEMARTS_PIN_MEMORY", parse::size)?),
             origin_log: env.opt("MOX_OBS_CLIENT_LOG", parse::flag)?,
             credentials_file: env.opt("MEMARTS_CREDENTIALS_FILE", parse::path)?,
             log: env.opt("MEMARTS_LOG", parse::text)?,
@@ -287,6 +294,20 @@ mod tests {
         assert_eq!((s.endpoint.as_deref(), s.allow_http), (Some("http://old"), Some(true)));
         assert_eq!(s.io_engine, Some(EngineKind::Pread));
         assert_eq!(s.run_dir_or_default(), PathBuf::from("/run/user/7/memarts"));
+    }
+
+    #[test]
+    fn the_former_names_of_renamed_variables_are_read_when_the_new_ones_are_unset() {
+        let old = with(&[("MEMARTS_DIRECT_READS", "0"), ("MEMARTS_PIN_MEMORY", "1GiB")]).unwrap();
+        assert_eq!((old.local_reads, old.resident_memory), (false, Some(1 << 30)));
+        let both = with(&[
+            ("MEMARTS_DIRECT_READS", "0"),
+            ("MEMARTS_LOCAL_READS", "1"),
+            ("MEMARTS_PIN_MEMORY", "1GiB"),
+            ("MEMARTS_RESIDENT_MEMORY", "2GiB"),
+        ])
+        .unwrap();
+        assert_eq!((both.local_reads, both.resident_memory), (true, Some(2 << 30)), "the new names win");
     }
 
     #[test]

@@ -1,7 +1,7 @@
-//! The checks a chunk file passes before a client serves its bytes without a proxy (direct hits,
-//! `direct.rs`): the header must be this chunk's own (identity bytes and header CRC) and claim
+//! The checks a chunk file passes before a client serves its bytes without a proxy (local hits,
+//! `local_reads.rs`): the header must be this chunk's own (identity bytes and header CRC) and claim
 //! exactly the length asked for, the data must match its CRC32C, unless the chunk's slot held it
-//! pinned (checked, locked in memory) from before the read until after it. The rules are the
+//! resident (checked, locked in memory) from before the read until after it. The rules are the
 //! proxy's too (`memarts_disk::chunk_file::verify`); the reads are this file's.
 
 use std::fs::File;
@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 
 use memarts_disk::chunk_file::{format, verify};
-use memarts_disk::pin_table::{Pin, PinFile, PinTable, Stamp};
+use memarts_disk::resident_table::{ResidentEntry, ResidentFile, ResidentTable, Stamp};
 use memarts_protocol::ObjectUrl;
 
 use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
@@ -19,7 +19,7 @@ use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
 /// header in one `preadv`.
 const PIECE: usize = 512 << 10;
 
-/// What a direct read of one chunk found.
+/// What a local read of one chunk found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Found {
     /// Read and checked: the bytes are in the caller's room.
@@ -28,9 +28,9 @@ pub(crate) enum Found {
     Absent,
     /// A file that failed its checks: ask the slot to drop and refetch it.
     Corrupt,
-    /// Served from a chunk its slot held pinned all through the read: checked when it was pinned,
-    /// not again (reported to callers as `Served`).
-    Pinned,
+    /// Served from a chunk its slot held resident all through the read: checked when it was made
+    /// resident, not again (reported to callers as `Served`).
+    Resident,
 }
 
 /// The identity bytes of a chunk and its id (what names its file).
@@ -41,20 +41,23 @@ pub(crate) fn identity_of(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u
     (identity, id)
 }
 
-/// Chunk `id`'s entry in a slot's pin table `pins`, if it is pinned (with the table: its header is
+/// Chunk `id`'s entry in a slot's resident table `resident chunks`, if it is resident (with the table: its header is
 /// checked once per read).
-pub(crate) fn pin_of(pins: Option<&PinFile>, id: u128) -> Option<(PinTable<'_>, Pin)> {
-    let table = pins?.table();
-    table.lookup(id).map(|pin| (table, pin))
+pub(crate) fn resident_of(
+    resident: Option<&ResidentFile>,
+    id: u128,
+) -> Option<(ResidentTable<'_>, ResidentEntry)> {
+    let table = resident?.table();
+    table.lookup(id).map(|entry| (table, entry))
 }
 
 /// The chunk file mapped whole and locked in memory, if it is exactly this chunk's with `len`
 /// bytes of data that match its CRC32C (the checks of [`check`], on the mapping), and whether it
-/// was served as pinned (`Found::Pinned`) or checked (`Found::Served`).
+/// was served as resident (`Found::Resident`) or checked (`Found::Served`).
 ///
-/// With the chunk's `pin` (found before the file was opened), the CRC32C is not computed if, once
-/// the mapping is locked, the file is still the one pinned, unchanged, and the pin still holds
-/// ([`pinned_throughout`]): then the slot held these very pages locked, as it checked them, from
+/// With the chunk's `resident entry` (found before the file was opened), the CRC32C is not computed if, once
+/// the mapping is locked, the file is still the one resident, unchanged, and the resident entry still holds
+/// ([`resident_throughout`]): then the slot held these very pages locked, as it checked them, from
 /// before the file was opened until this process locked them too, so no page could be dropped and
 /// read again from the disk in between, and this process's lock keeps them while they are written
 /// out.
@@ -62,7 +65,7 @@ pub(crate) fn map_checked(
     file: &File,
     identity: &[u8],
     len: usize,
-    pin: Option<&(PinTable<'_>, Pin)>,
+    entry: Option<&(ResidentTable<'_>, ResidentEntry)>,
 ) -> Option<(memmap2::Mmap, Found)> {
     let data_offset = format::data_offset_for(identity.len());
     let whole = data_offset.checked_add(len as u64)?;
@@ -79,9 +82,9 @@ pub(crate) fn map_checked(
     let header = verify::header(&map[..data_offset as usize], identity).ok()?;
     verify::length(&header, len as u64).ok()?;
     let data = &map[data_offset as usize..];
-    if let Some((table, pin)) = pin {
-        if pinned_throughout(file, table, pin) {
-            return Some((map, Found::Pinned));
+    if let Some((table, entry)) = entry {
+        if resident_throughout(file, table, entry) {
+            return Some((map, Found::Resident));
         }
     }
     verify::data(&header, data).ok().map(|()| (map, Found::Served))
@@ -89,14 +92,14 @@ pub(crate) fn map_checked(
 
 /// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
 /// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
-/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `pin` (as
-/// found before the file was opened), the data's CRC32C is not computed if the pin held all
-/// through the read and the file read is the one pinned, unchanged ([`pinned_throughout`]).
+/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `resident entry` (as
+/// found before the file was opened), the data's CRC32C is not computed if the resident entry held all
+/// through the read and the file read is the one resident, unchanged ([`resident_throughout`]).
 pub(crate) fn check(
     file: &File,
     identity: &[u8],
     dst: &mut Room,
-    pin: Option<&(PinTable<'_>, Pin)>,
+    entry: Option<&(ResidentTable<'_>, ResidentEntry)>,
 ) -> Found {
     let data_offset = format::data_offset_for(identity.len());
     // The usual header fits one page: on the stack, not zeroed.
@@ -121,7 +124,7 @@ pub(crate) fn check(
         Ok(header) if verify::length(&header, (first + rest.len()) as u64).is_ok() => header,
         _ => return Found::Corrupt,
     };
-    let mut crc = pin.is_none().then(memarts_protocol::Crc32c::default);
+    let mut crc = entry.is_none().then(memarts_protocol::Crc32c::default);
     if let Some(crc) = crc.as_mut() {
         // SAFETY: preadv_exact returned Ok, so every byte of `head` was written.
         crc.update(unsafe { assume_filled(head) });
@@ -139,9 +142,9 @@ pub(crate) fn check(
         }
         at += piece.len() as u64;
     }
-    let sum = match (crc, pin) {
+    let sum = match (crc, entry) {
         (Some(crc), _) => crc.finish(),
-        (None, Some((table, pin))) if pinned_throughout(file, table, pin) => return Found::Pinned,
+        (None, Some((table, entry))) if resident_throughout(file, table, entry) => return Found::Resident,
         // SAFETY: every piece of `dst` was read into above (each read returned Ok).
         (None, _) => memarts_protocol::crc32c(unsafe { assume_filled(dst) }),
     };
@@ -152,9 +155,9 @@ pub(crate) fn check(
 }
 
 /// Whether the bytes just read from `file` came from pages its slot held locked and checked all
-/// through the read: the file is the one pinned, unchanged since (inode, size, mtime and ctime as
-/// noted: any write changes the last two), and the pin, found before the read, still holds (the
-/// slot withdraws an entry before it unlocks, and a dead slot's pins show as dead at once).
-pub(crate) fn pinned_throughout(file: &File, table: &PinTable<'_>, pin: &Pin) -> bool {
-    file.metadata().is_ok_and(|m| Stamp::of(&m) == pin.stamp) && table.held(pin)
+/// through the read: the file is the one resident, unchanged since (inode, size, mtime and ctime as
+/// noted: any write changes the last two), and the resident entry, found before the read, still holds (the
+/// slot withdraws an entry before it unlocks, and a dead slot's resident chunks show as dead at once).
+pub(crate) fn resident_throughout(file: &File, table: &ResidentTable<'_>, entry: &ResidentEntry) -> bool {
+    file.metadata().is_ok_and(|m| Stamp::of(&m) == entry.stamp) && table.held(entry)
 }

@@ -1,4 +1,4 @@
-//! The fleet's chunk files as direct reads open them (S9): relative to the chunks directory, held
+//! The fleet's chunk files as local reads open them (S9): relative to the chunks directory, held
 //! open (no walk of the cache dir's path for every chunk); non-blocking, so that a named pipe at a
 //! chunk's path cannot hold the open (the slot removes such things); without updating the access
 //! time (`O_NOATIME`, which the kernel allows on files of our own uid only); and only if the file

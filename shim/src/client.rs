@@ -41,7 +41,7 @@ pub struct Client {
     prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
     /// Slots that failed to take hints, and until when they get none.
     prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
-    /// Where chunks are read from, in order: the cache's files read locally (`direct.rs`, for a
+    /// Where chunks are read from, in order: the cache's files read locally (`local_reads.rs`, for a
     /// fleet of our own uid), then the slots.
     pub(crate) sources: crate::sources::Sources,
     /// The read-ahead budget and fetch threads of every stream this client opens (`readahead/`).
@@ -110,9 +110,9 @@ impl Client {
         self.dial.slots()
     }
 
-    /// What direct reads did in this process (`None`: this client reads through the proxies only:
-    /// a fleet of another uid, or `MEMARTS_DIRECT_READS=0`).
-    pub fn direct_counters(&self) -> Option<&crate::direct::DirectCounters> {
+    /// What local reads did in this process (`None`: this client reads through the proxies only:
+    /// a fleet of another uid, or `MEMARTS_LOCAL_READS=0`).
+    pub fn local_counters(&self) -> Option<&crate::local_reads::LocalCounters> {
         self.sources.local().map(|d| &d.counters)
     }
 

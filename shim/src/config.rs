@@ -41,9 +41,9 @@ pub struct ShimConfig {
     /// Threads of a process that fetch chunks ahead of its readers (default: `parallel`).
     pub readahead_workers: usize,
     /// Read warm objects straight from the fleet's chunk files, with no round trip to a proxy
-    /// (`MEMARTS_DIRECT_READS`, default on; only for a fleet of the client's own uid). See
+    /// (`MEMARTS_LOCAL_READS`, default on; only for a fleet of the client's own uid). See
     /// [`crate::direct`].
-    pub direct_reads: bool,
+    pub local_reads: bool,
 }
 
 impl Default for ShimConfig {
@@ -70,7 +70,7 @@ impl ShimConfig {
             readahead: DEFAULT_READAHEAD,
             readahead_memory: DEFAULT_READAHEAD_MEMORY,
             readahead_workers: s.parallel,
-            direct_reads: s.direct_reads,
+            local_reads: s.local_reads,
         }
     }
 

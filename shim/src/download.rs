@@ -29,7 +29,7 @@ impl Client {
 
     /// The first round trip of a download: the object's metadata and chunk 0 together, one GET when
     /// the object is cold (where a stat and then a read cost two), none for a warm object whose
-    /// version its slot published (a direct read, [`Client::read_head`]). An object of one chunk is written
+    /// version its slot published (a local read, [`Client::read_head`]). An object of one chunk is written
     /// to `path` from it at once (`Ok(size)`); a larger one's version comes back (`Err(meta)`) for
     /// the caller's windowed or streamed copy, which finds chunk 0 cached.
     pub fn download_head(&self, url: &str, path: &Path) -> Result<std::result::Result<u64, ObjectMeta>> {

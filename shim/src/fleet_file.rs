@@ -19,7 +19,7 @@ pub struct FleetFile {
     /// that does not say (written by hand, or by an older build): no local reads then.
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
-    /// A fleet that caches nothing (an in-process engine of direct mode).
+    /// A fleet that caches nothing (an in-process engine of origin mode).
     #[serde(default)]
     pub passthrough: bool,
     /// How long the slots trust an object's metadata; 0 (or absent: an older build) trusts none.

@@ -10,8 +10,8 @@
 //! - `read`: chunked, parallel reads into the caller's buffer; checksum of descriptor-served chunks.
 //! - `sources`: where a chunk comes from: the client's ordered chunk sources (the cache's files
 //!   read locally, then the slots), asked in turn until one serves it.
-//! - `chunk_files`: the chunk files direct reads open: only those of the fleet's uid.
-//! - [`direct`]: warm chunks read straight from their files (the version from the slots' published
+//! - `chunk_files`: the chunk files local reads open: only those of the fleet's uid.
+//! - [`local_reads`]: warm chunks read straight from their files (the version from the slots' published
 //!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
 //!   batches by `touch` (the rest when the client goes or the process ends).
 //! - [`stream`]: a sequential reader of one pinned version (`cat`, Python `File` reads, fsspec).
@@ -32,12 +32,12 @@ mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
-pub mod direct;
 mod download;
 pub mod error;
 mod fill;
 mod fleet_file;
 pub mod local_file;
+pub mod local_reads;
 mod per_process;
 pub mod prefetch;
 mod read;

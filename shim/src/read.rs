@@ -76,7 +76,7 @@ impl Client {
         Ok(meta)
     }
 
-    /// The version of `url` a read of it reads: the one its slot published for direct reads if that
+    /// The version of `url` a read of it reads: the one its slot published for local reads if that
     /// is fresh (no round trip: the slot would answer a `Stat` with it), else a `Stat`.
     pub fn version_to_read(&self, url: &str) -> Result<ObjectMeta> {
         match self.published_version(url)? {
@@ -85,7 +85,7 @@ impl Client {
         }
     }
 
-    /// The version of `url` its slot published for direct reads, if it is fresh.
+    /// The version of `url` its slot published for local reads, if it is fresh.
     pub(crate) fn published_version(&self, url: &str) -> Result<Option<ObjectMeta>> {
         let Some(local) = self.sources.local() else { return Ok(None) };
         let parsed = parse(url)?;
@@ -95,7 +95,7 @@ impl Client {
 
     /// The metadata of `url` and its chunk 0, in one round trip to the owner of chunk 0 (one GET
     /// when the object is cold, which leaves both in the fleet), or none when its slot published the
-    /// version for direct reads. Chunk 0's bytes (the first
+    /// version for local reads. Chunk 0's bytes (the first
     /// `min(size, chunk size)` bytes of the object) go to the start of `first`, which must hold a
     /// chunk. For readers that go on in windows of their own (`memarts warmup`).
     pub fn read_head(&self, url: &str, first: &mut [u8]) -> Result<ObjectMeta> {
@@ -106,7 +106,7 @@ impl Client {
                 first.len()
             )));
         }
-        // A version published for direct reads: chunk 0 straight from its file, no round trip.
+        // A version published for local reads: chunk 0 straight from its file, no round trip.
         if let Some(meta) = self.published_version(url)? {
             let head = meta.size.min(cs) as usize;
             match self.read_at(url, &meta, 0, &mut first[..head]) {

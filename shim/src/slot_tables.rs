@@ -1,4 +1,4 @@
-//! The tables a slot publishes in the run dir (its metadata, its pins), mapped by a client once and
+//! The tables a slot publishes in the run dir (its metadata, its resident chunks), mapped by a client once and
 //! mapped again when the slot replaced them (it grew a table, or started again).
 
 use std::io;
@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use memarts_disk::meta_table::TableFile;
-use memarts_disk::pin_table::PinFile;
+use memarts_disk::resident_table::ResidentFile;
 
 /// A table file is checked for replacement (a slot that started again) at most this often.
 const RECHECK_TABLE: Duration = Duration::from_secs(1);
@@ -19,7 +19,7 @@ pub(crate) struct Mapped<T> {
     checked: Instant,
 }
 
-/// A table file a slot publishes: its metadata, its pins.
+/// A table file a slot publishes: its metadata, its resident chunks.
 pub(crate) trait SlotTable: Sized {
     fn open(path: &Path) -> io::Result<Self>;
     fn superseded(&self) -> bool;
@@ -38,20 +38,20 @@ impl SlotTable for TableFile {
     }
 }
 
-impl SlotTable for PinFile {
+impl SlotTable for ResidentFile {
     fn open(path: &Path) -> io::Result<Self> {
-        PinFile::open(path)
+        ResidentFile::open(path)
     }
     fn superseded(&self) -> bool {
         self.table().superseded()
     }
     fn is_current(&self, path: &Path) -> bool {
-        PinFile::is_current(self, path)
+        ResidentFile::is_current(self, path)
     }
 }
 
 /// `slot`'s table of kind `T` at `path`, from `tables` (mapped once and mapped again when the slot
-/// replaced it: see [`Direct::table`]).
+/// replaced it: see [`LocalReads::table`]).
 pub(crate) fn mapped<T: SlotTable>(
     tables: &Mutex<Vec<Option<Mapped<T>>>>,
     slot: u32,

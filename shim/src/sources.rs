@@ -1,8 +1,8 @@
 //! Where a chunk's bytes come from: a client's ordered list of [`ChunkSource`]s, asked in turn for
 //! a chunk until one serves it.
 //!
-//! - the cache's files read locally, without a proxy (`direct.rs`), when this client may read them
-//!   (a fleet of its own uid that caches, `MEMARTS_DIRECT_READS` not 0): a warm chunk with no round
+//! - the cache's files read locally, without a proxy (`local_reads.rs`), when this client may read them
+//!   (a fleet of its own uid that caches, `MEMARTS_LOCAL_READS` not 0): a warm chunk with no round
 //!   trip; its reads are reported to their slots by the source itself (`touch.rs`);
 //! - the owning slot, over its socket (`chunk_io.rs`), which always serves or fails.
 //!
@@ -19,9 +19,9 @@ use crate::chunk_io::read_chunk;
 use crate::client::{parse, Client};
 use crate::config::ShimConfig;
 use crate::conn::Dialer;
-use crate::direct::{ChunkName, Direct, Found};
 use crate::error::{Error, Result};
 use crate::fill::Room;
+use crate::local_reads::{ChunkName, Found, LocalReads};
 
 /// What one read is about: the object version pinned by its ETag.
 pub(crate) struct Target<'a> {
@@ -80,11 +80,11 @@ pub(crate) trait ChunkSource: Send + Sync {
     fn read_chunk(&self, via: &Client, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome>;
 }
 
-impl ChunkSource for Direct {
+impl ChunkSource for LocalReads {
     fn read_chunk(&self, _via: &Client, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome> {
         let t = want.target;
-        Ok(match Direct::read_chunk(self, t.url, t.etag, t.chunk_size, want.index, want.slot, dst) {
-            Found::Served | Found::Pinned => Outcome::Served,
+        Ok(match LocalReads::read_chunk(self, t.url, t.etag, t.chunk_size, want.index, want.slot, dst) {
+            Found::Served | Found::Resident => Outcome::Served,
             Found::Absent => Outcome::Absent,
             Found::Corrupt => Outcome::Corrupt,
         })
@@ -105,13 +105,13 @@ impl ChunkSource for Slots {
 /// A client's chunk sources, in the order they are asked.
 pub(crate) struct Sources {
     /// The cache's files read locally, when this client may (also first in `order`).
-    local: Option<Arc<Direct>>,
+    local: Option<Arc<LocalReads>>,
     order: Vec<Arc<dyn ChunkSource>>,
 }
 
 impl Sources {
     pub fn new(cfg: &ShimConfig, dial: &Arc<Dialer>) -> Sources {
-        let local = if cfg.direct_reads { Direct::new(dial).map(Arc::new) } else { None };
+        let local = if cfg.local_reads { LocalReads::new(dial).map(Arc::new) } else { None };
         let mut order: Vec<Arc<dyn ChunkSource>> = Vec::new();
         if let Some(local) = &local {
             order.push(local.clone());
@@ -122,7 +122,7 @@ impl Sources {
 
     /// The local source: its published versions, counters, and whole chunks written out or parts
     /// of chunks read straight from their files (streams).
-    pub fn local(&self) -> Option<&Direct> {
+    pub fn local(&self) -> Option<&LocalReads> {
         self.local.as_deref()
     }
 
@@ -144,14 +144,14 @@ impl Sources {
 impl Client {
     /// `f` of the local source, chunk `index` of the version `meta` of `url`, its owning slot and
     /// its length; `None` when there is no local source, the version has no ETag or the chunk is
-    /// past the end. For a stream's reads straight from the files (`Direct::write_mapped_chunk`,
-    /// `Direct::open_pinned`).
+    /// past the end. For a stream's reads straight from the files (`LocalReads::write_mapped_chunk`,
+    /// `LocalReads::open_resident`).
     pub(crate) fn with_local_chunk<T>(
         &self,
         url: &str,
         meta: &ObjectMeta,
         index: u64,
-        f: impl FnOnce(&Direct, ChunkName<'_>, u32, usize) -> Option<T>,
+        f: impl FnOnce(&LocalReads, ChunkName<'_>, u32, usize) -> Option<T>,
     ) -> Option<T> {
         let local = self.sources.local()?;
         let etag = meta.etag.as_deref().filter(|e| !e.is_empty())?;

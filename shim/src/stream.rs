@@ -1,6 +1,6 @@
 //! A sequential stream over one object version, with read-ahead.
 //!
-//! [`Stream::open`] pins the current version (the one published for direct reads, else a stat):
+//! [`Stream::open`] pins the current version (the one published for local reads, else a stat):
 //! every chunk it reads carries the ETag, so an object replaced at the origin mid-stream is a
 //! `Stale` error at the read that needs a chunk of the new version, never bytes of two versions.
 //! Reads are served from whole chunks.
@@ -12,7 +12,7 @@
 //! the process's windows. A seek further than the window reaches drops it. A chunk that failed surfaces its error at the
 //! read that needs it. Dropping the stream ends its fetches after those under way.
 //!
-//! A chunk its slot holds pinned (locked in memory and checked once, `direct.rs`) needs no window:
+//! A chunk its slot holds resident (locked in memory and checked once, `local_reads.rs`) needs no window:
 //! a read is copied from its file straight into the caller's buffer, a part at a time, as a read of
 //! a local file is (a chunk read into the window is read whole, to be checked, then copied again).
 //!
@@ -22,9 +22,9 @@
 use memarts_protocol::ObjectMeta;
 
 use crate::client::Client;
-use crate::direct::PinnedChunk;
 use crate::error::{Error, Result};
 use crate::fill::{ReadBuf, Room};
+use crate::local_reads::ResidentChunk;
 use crate::readahead::Readahead;
 pub use crate::readahead::Source;
 
@@ -33,9 +33,9 @@ pub use crate::readahead::Source;
 pub struct Stream {
     window: Readahead,
     pos: u64,
-    /// The chunk the reader is in, when its slot holds it pinned: read straight from its file into
-    /// the caller's buffer, a part at a time, with no window (see [`Stream::read_pinned`]).
-    pinned: Option<(u64, PinnedChunk)>,
+    /// The chunk the reader is in, when its slot holds it resident: read straight from its file into
+    /// the caller's buffer, a part at a time, with no window (see [`Stream::read_resident`]).
+    resident: Option<(u64, ResidentChunk)>,
 }
 
 impl Client {
@@ -56,7 +56,7 @@ impl Stream {
     /// A stream over the version `meta` names (e.g. from a metadata cache): nothing is asked.
     pub fn at_version(source: Source, url: &str, meta: ObjectMeta) -> Result<Stream> {
         // A version without an ETag cannot be pinned: its first chunk read says so (`read_at`).
-        Ok(Stream { window: Readahead::new(source, url, meta), pos: 0, pinned: None })
+        Ok(Stream { window: Readahead::new(source, url, meta), pos: 0, resident: None })
     }
 
     /// The pinned version.
@@ -114,7 +114,7 @@ impl Stream {
             let skip = (self.pos - index * cs) as usize;
             let take = (self.window.chunk_len(index) - skip).min((end - self.pos) as usize);
             let dst = &mut buf[done..done + take];
-            if !self.read_pinned(index, skip, dst) {
+            if !self.read_resident(index, skip, dst) {
                 let chunk = self.window.enter(index)?;
                 dst.write_copy_of_slice(&chunk[skip..skip + take]);
             }
@@ -125,39 +125,39 @@ impl Stream {
     }
 
     /// Bytes `skip..skip + dst.len()` of chunk `index` straight from its file into `dst`, when its
-    /// slot holds it pinned and it is not in the window already: one copy, from the page cache to
+    /// slot holds it resident and it is not in the window already: one copy, from the page cache to
     /// the caller, as a read of a local file makes (a chunk read whole into the window first, to be
     /// checked, would be copied twice). Whether it was served so; if not, `dst` is to be filled
     /// the usual way.
-    fn read_pinned(&mut self, index: u64, skip: usize, dst: &mut Room) -> bool {
+    fn read_resident(&mut self, index: u64, skip: usize, dst: &mut Room) -> bool {
         let client: &Client = (**self.window.source()).as_ref();
         let Some(local) = client.sources.local() else { return false };
-        if self.pinned.as_ref().is_none_or(|(i, _)| *i != index) {
-            self.pinned = None;
+        if self.resident.as_ref().is_none_or(|(i, _)| *i != index) {
+            self.resident = None;
             if self.window.contains(index) {
                 return false;
             }
             let (url, meta) = (self.window.url(), self.window.meta());
             let opened = client.with_local_chunk(url, meta, index, |local, chunk, slot, len| {
-                local.open_pinned(chunk, slot, len)
+                local.open_resident(chunk, slot, len)
             });
             let Some(chunk) = opened else { return false };
-            self.pinned = Some((index, chunk));
-            // Entered in order: a chunk after it that is not pinned gets a window ahead of it.
+            self.resident = Some((index, chunk));
+            // Entered in order: a chunk after it that is not resident gets a window ahead of it.
             self.window.passed(index);
         }
-        let (_, chunk) = self.pinned.as_mut().expect("set above");
+        let (_, chunk) = self.resident.as_mut().expect("set above");
         if chunk.read(local, skip, dst) {
             return true;
         }
-        self.pinned = None;
+        self.resident = None;
         false
     }
 
     /// Hands the rest of the stream to `write`, piece by piece, straight from the fetched chunks
     /// (no copy into a buffer of the caller's): how `memarts cat` streams an object to its output.
-    /// A whole chunk that is a direct hit and not in the window already is not even read into a
-    /// buffer: `write` gets it from its file's mapping, checked (`direct.rs`), on this thread.
+    /// A whole chunk that is a local hit and not in the window already is not even read into a
+    /// buffer: `write` gets it from its file's mapping, checked (`local_reads.rs`), on this thread.
     /// An error of `write` ends the copy as [`Error::Io`]. Returns the bytes written.
     pub fn copy_to(&mut self, mut write: impl FnMut(&[u8]) -> std::io::Result<()>) -> Result<u64> {
         self.window.renew_after_fork();

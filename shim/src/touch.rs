@@ -1,4 +1,4 @@
-//! The read reports of the local source (`direct.rs`): reads of the cache's files, told to their
+//! The read reports of the local source (`local_reads.rs`): reads of the cache's files, told to their
 //! slots (`Request::Touched`) so that what is read stays cached and what is not goes, as if the
 //! slots had served them. The source notes each read here; they go in batches (every
 //! [`TOUCH_BATCH`] reads, or once the oldest has waited [`TOUCH_DELAY`], checked at the next read),

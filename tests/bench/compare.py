@@ -40,8 +40,8 @@ Peers (c-e) run in one process; the ratios compare them with memarts with one wo
 figures are the best of 5 epochs (every side); a cold epoch is done once per fresh cache. memarts'
 first warm epochs are not yet its steady state, and `runs_mbs` shows each: with the default metadata
 TTL (60 s), the first one after a long cold fill asks the origin for each object's version again (a
-HEAD each, counted), and the slots pin the chunks read directly in the next one (one more read of
-each from the disk and one CRC32C; see docs/ARCHITECTURE.md's pinned chunks). Peers missing on the
+HEAD each, counted), and the slots make resident the chunks read locally in the next one (one more read of
+each from the disk and one CRC32C; see docs/ARCHITECTURE.md's resident chunks). Peers missing on the
 machine are pip-installed quietly; one that cannot be installed or cannot run is reported with its
 reason instead of a number.
 """

@@ -53,8 +53,8 @@ def blocks(latest):
         "readme": f"""`make bench` measures memarts against what its users would do instead, in one run on one machine;
 every figure below and in [docs/BENCHMARKS.md](docs/BENCHMARKS.md) comes from that run's files in
 `tests/bench/results/`. {run_line} The settings column says which rows ran with a setting other than the
-defaults and which depend on pinned chunks (chunks the fleet holds in memory, checked once: a dataset
-that fits `MEMARTS_PIN_MEMORY`, read more than once since the fleet started).
+defaults and which depend on resident chunks (chunks the fleet holds in memory, checked once: a dataset
+that fits `MEMARTS_RESIDENT_MEMORY`, read more than once since the fleet started).
 
 {headline(latest)}
 The reference sides do the same work: the same number of processes, the same sink (a reader of every
@@ -80,7 +80,7 @@ describes each script, its settings and what limits each figure; every table of 
   the cold epoch made {pool['cold']['origin_requests']:,} origin requests (one per object for the pool), the warm
   epochs after the TTL {' and '.join(str(w['origin_requests']) for w in pool['warm'])} (one listing per
   directory at most, for the pool).
-- **Warm reads from memory** (`warm.json`, `python.json`, `fleet.json`; pinned chunks, `--meta-ttl 3600`
+- **Warm reads from memory** (`warm.json`, `python.json`, `fleet.json`; resident chunks, `--meta-ttl 3600`
   in `warm.json`): `memarts cat` of a 256 MiB object through a pipe {f0(lc['memarts_cat_mbs'])} MB/s
   against `cat` {f0(lc['cat_mbs'])} MB/s ({lc['ratio']:.2f}×); 2,000 small files by 4 workers
   {s4['ratio']:.2f}× their downloaded copies, by one process {s1['ratio']:.2f}×; a `File.read(1 MiB)` loop
@@ -89,8 +89,8 @@ describes each script, its settings and what limits each figure; every table of 
   {warm[1]['ratio']:.2f}× the page cache ({warm[1]['ratio_reused_buffer']:.2f}× with reused buffers),
   16 MiB {warm[16]['ratio']:.2f}×, 256 MiB {warm[256]['ratio']:.2f}×. `compare.py`'s one-process warm epoch:
   {r['warm_vs_download_then_read']:.2f}× boto3's downloaded copies, {r['warm_vs_fsspec_filecache']:.1f}×
-  fsspec's filecache. A chunk that is not pinned (the first epoch after a restart, a dataset larger
-  than the pin budget) is checked at every read (a CRC32C of every byte), as in the field epoch.
+  fsspec's filecache. A chunk that is not resident (the first epoch after a restart, a dataset larger
+  than the resident budget) is checked at every read (a CRC32C of every byte), as in the field epoch.
 - **Cold reads over the link** (`link.json`: +20 ms per request, 200 MB/s): `memarts warmup`
   {rows['memarts_warmup']['vs_link']:.2f}× the link (runs {runs_of('memarts_warmup')}), from a manifest
   {rows['memarts_warmup_manifest']['vs_link']:.2f}×; a cold DataLoader epoch (4 workers) with the
@@ -145,7 +145,7 @@ emulated 50 MB/s link, default settings; `tests/bench/results/cluster.json`):
 | bytes over the origin link per dataset byte | {pc['origin_bytes_per_dataset_byte']:.3f} | {ic['origin_bytes_per_dataset_byte']:.3f} |
 | origin requests | {pc['origin_requests']:,} | {ic['origin_requests']:,} |
 | time until the last node is done | {pc['seconds']:.1f} s ({r['cluster_cold_epoch_time_vs_independent']:.2f}×) | {ic['seconds']:.1f} s |
-| warm epoch of one node (pool: {peers:.0%} of it from peers) | {w['pool']['mbs_per_node'] / 1000:.2f} GB/s ({r['cluster_warm_peers_vs_local']:.2f}×) | {w['local']['mbs_per_node'] / 1000:.2f} GB/s (all local, direct hits) |
+| warm epoch of one node (pool: {peers:.0%} of it from peers) | {w['pool']['mbs_per_node'] / 1000:.2f} GB/s ({r['cluster_warm_peers_vs_local']:.2f}×) | {w['local']['mbs_per_node'] / 1000:.2f} GB/s (all local, local hits) |
 
 """,
     }

@@ -55,7 +55,7 @@ fn epochs(fleet: &Fleet, urls: &[String], shuffle: bool) -> Vec<f64> {
             for &i in &order {
                 assert_eq!(client.read(&urls[i]).unwrap().len() as u64, MIB, "{}", urls[i]);
             }
-            // Direct hits (chunks read straight from their files) count once reported.
+            // Local hits (chunks read straight from their files) count once reported.
             client.send_read_reports();
             (fleet.total("hits") - before) as f64 / chunks
         })

@@ -10,7 +10,7 @@ The scenario, with default settings everywhere (a fleet of 4 proxies, the defaul
 - epoch 1 reads it cold through memarts (4 worker processes, `mox.file.read`), which fills the cache;
   the reference downloads the same objects to local files (boto3, untimed): "download, then read";
 - the fleet is restarted before each timed epoch (what a job restart or a node's reboot does:
-  nothing is pinned in memory any more), left to settle (index rebuilt, startup listings made),
+  nothing is resident in memory any more), left to settle (index rebuilt, startup listings made),
   and each epoch starts after the metadata TTL (every object's metadata expired);
 - before each timed epoch the page cache is dropped (`echo 3 > /proc/sys/vm/drop_caches`: the
   dataset comes from the SSD, as one larger than the machine's memory would);

@@ -117,7 +117,7 @@ fn main() {
             "ratio_reused_buffer": memarts_reused / page_reused,
         }));
     }
-    let direct = client.direct_counters().map(|d| {
+    let direct = client.local_counters().map(|d| {
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         (load(&d.hits), load(&d.fallbacks), load(&d.corrupt))
     });

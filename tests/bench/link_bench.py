@@ -399,7 +399,7 @@ def memarts_loader_child(prefetch):
     secs = time.perf_counter() - start
     import memarts
 
-    # What the fleet did (the workers' direct hits reach the slots' `hits` when reported).
+    # What the fleet did (the workers' local hits reach the slots' `hits` when reported).
     time.sleep(0.2)
     fleet = {k: v for k, v in memarts.stats().items() if k in FLEET_COUNTERS}
     print(json.dumps({"seconds": secs, "span": (mono, mono + secs), "fleet": fleet, "got": got}))

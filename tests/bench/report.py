@@ -7,7 +7,7 @@ Python package: small files, per-worker memory), `compare.json` (the peers over 
 remote link), `link.json` (cold reads over an emulated link against its capacity, origin s3s-fs with GET bodies read whole and LISTs of the prefix's directory, tests/bench/origin), `cluster.json` (a pool of 3 nodes against 3 independent fleets over one shared
 emulated link: origin bytes, cold epoch time, warm reads from peers), `mount.json` (`memarts
 mount` against local files in the page cache, s3fs and rclone) and `warm.json` (warm reads with
-direct hits against local files: `memarts cat` against `cat`, small files by 4 workers and by one). A missing input is an error: a
+local hits against local files: `memarts cat` against `cat`, small files by 4 workers and by one). A missing input is an error: a
 report never mixes runs silently.
 
 `latest.json` keeps each input whole under its name and adds `ratios` (every ratio of the run, the
@@ -198,10 +198,10 @@ def markdown(latest, rows):
         "|---|---:|---:|",
     ]
     lines += [f"| {label} | {fmt(s)} | {fmt(l)} |" for label, s, l in rows]
-    lines += ["", ("memarts's rows ran with default settings (metadata TTL 60 s, pin budget a sixteenth of the "
+    lines += ["", ("memarts's rows ran with default settings (metadata TTL 60 s, resident budget a sixteenth of the "
                    "machine's memory, which these datasets fit). `warm` is the best of 5 epochs: by then the chunks "
-                   "read directly are pinned, so it depends on pinning; `warm after restart` is the first epoch "
-                   "after `stop_proxy` + `start_proxy`: nothing pinned, the chunk files in the page cache.")]
+                   "read locally are made resident, so it depends on residency; `warm after restart` is the first epoch "
+                   "after `stop_proxy` + `start_proxy`: nothing resident, the chunk files in the page cache.")]
     lines += ["", "Through the Rust shim (`fleet.json`, 4 proxies, one reader, no link emulation):", "",
               "| scenario | memarts | reference | ratio |", "|---|---:|---:|---:|"]
     for row in f["rows"]:
@@ -259,14 +259,14 @@ def markdown(latest, rows):
     lines.append(f"| Mountpoint for S3 ({mt.get('mountpoint_s3', 'not measured')}) | — | — |")
     wm = latest["warm"]
     lc, s4, s1 = wm["large_cat"], wm["small_4_workers"], wm["small_1_process"]
-    pinned = [r["direct"]["direct_pinned"] / max(r["direct"]["direct_hits"], 1) for r in (s4, s1) if "direct" in r]
-    lines += ["", (f"Warm reads with direct hits (`warm.json`, scale `{wm['scale']}`, {wm['proxies']} proxies, "
+    resident = [r["local"]["local_resident"] / max(r["local"]["local_hits"], 1) for r in (s4, s1) if "local" in r]
+    lines += ["", (f"Warm reads with local hits (`warm.json`, scale `{wm['scale']}`, {wm['proxies']} proxies, "
                    "`--meta-ttl 3600`, `MOX_FILE_CHUNK_SIZE` 1 MiB, best of "
                    f"{wm['reps']} interleaved runs; both sides read bytes in the page cache, each the same way). These "
-                   "rows depend on pinning: the small-file rows are the steady state of a dataset that fits the pin "
+                   "rows depend on residency: the small-file rows are the steady state of a dataset that fits the resident "
                    "budget, reached by untimed passes"
-                   + (f" ({', '.join(f'{x:.0%}' for x in pinned)} of their direct hits served from pinned chunks)"
-                      if pinned else "")
+                   + (f" ({', '.join(f'{x:.0%}' for x in resident)} of their local hits served from resident chunks)"
+                      if resident else "")
                    + "; a dataset larger than the budget is read from its chunk files, as in the field epoch below."), "",
               "| scenario | memarts | local files | ratio |", "|---|---:|---:|---:|",
               f"| `memarts cat` vs `cat` of a local copy, {lc['bytes'] >> 20} MiB, through a pipe | "
@@ -382,14 +382,14 @@ def headline(latest):
         (f"| warm epoch from the SSD, {fd['dataset']['objects']:,} objects of 64–192 KiB, "
          f"{fd['setup']['workers']} workers | {fmt(best('memarts'))} MB/s | download-then-read "
          f"{fmt(best('local'))} MB/s | {r['field_warm_vs_download_then_read']:.2f}× | defaults; after the TTL, "
-         "fleet restarted, page cache dropped; nothing pinned |"),
+         "fleet restarted, page cache dropped; nothing resident |"),
         (f"| origin requests in that epoch, per object | one node {r['field_origin_requests_per_object']:.3f}, "
          f"pool of 3 {r['field_pool_origin_requests_per_object']:.3f} | revalidating with a HEAD per object: 1.000 | | defaults |"),
         (f"| warm epoch from memory, {s4['files']:,} files of 64–255 KiB, {s4['workers']} workers | "
          f"{fmt(s4['memarts_mbs'])} MB/s | download-then-read {fmt(s4['local_mbs'])} MB/s | {s4['ratio']:.2f}× | "
-         "`--meta-ttl 3600`; page cache; pinned |"),
+         "`--meta-ttl 3600`; page cache; resident |"),
         (f"| `memarts cat` of a warm {lc['bytes'] >> 20} MiB object through a pipe | {fmt(lc['memarts_cat_mbs'])} MB/s | "
-         f"`cat` of a local copy {fmt(lc['cat_mbs'])} MB/s | {lc['ratio']:.2f}× | `--meta-ttl 3600`; page cache; pinned |"),
+         f"`cat` of a local copy {fmt(lc['cat_mbs'])} MB/s | {lc['ratio']:.2f}× | `--meta-ttl 3600`; page cache; resident |"),
         (f"| cold `memarts warmup` of {lk['datasets']['small_files']:,} small files | "
          f"{fmt(lk['rows']['memarts_warmup']['mbs'])} MB/s | the link {fmt(link)} MB/s | "
          f"{lk['rows']['memarts_warmup']['vs_link']:.2f}× | defaults; median of 3 runs |"),

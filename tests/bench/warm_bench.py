@@ -18,7 +18,7 @@ runs:
   loop against `open(path, 'rb').read(n)` of the local copy (each read a new `bytes`).
 
 The warm rows are the steady state of a warm epoch: before the timed passes, the small files are
-read through memarts (untimed) until a whole pass comes from pinned chunks (the slots pin what is
+read through memarts (untimed) until a whole pass comes from resident chunks (the slots pin what is
 read directly: one more read from the disk and one CRC32C of each chunk, in the first warm epoch),
 and each timed sample is EPOCHS passes over the files (a pass is ~50 ms here: one alone is noise).
 
@@ -48,7 +48,7 @@ SCALE = {"small": {"files": 400, "large": 128 * MIB, "reps": 3},
          "full": {"files": 2000, "large": 256 * MIB, "reps": 5}}["small" if SMALL_SCALE else "full"]
 WORKERS = 4
 EPOCHS = 3  # passes over the small files per timed sample
-WARMUP_PASSES = 20  # at most, until a whole pass comes from pinned chunks
+WARMUP_PASSES = 20  # at most, until a whole pass comes from resident chunks
 
 
 def best(fn, reps):
@@ -147,16 +147,16 @@ def _pinned_reads(urls):
     """Reads `urls`; how many of the chunks came from pins."""
     import memarts as mox
 
-    before = mox.stats()["direct_pinned"]
+    before = mox.stats()["local_resident"]
     _read_urls(urls)
-    return mox.stats()["direct_pinned"] - before
+    return mox.stats()["local_resident"] - before
 
 
 def _direct_counts(_):
-    """This worker's direct-read counters (cumulative), keyed by its pid."""
+    """This worker's local-read counters (cumulative), keyed by its pid."""
     import memarts as mox
 
-    return os.getpid(), {k: v for k, v in mox.stats().items() if k.startswith("direct")}
+    return os.getpid(), {k: v for k, v in mox.stats().items() if k.startswith("local")}
 
 
 def _read_paths(paths, full=False):
@@ -223,7 +223,7 @@ def small_files(urls, paths, reps, workers):
     read = total * EPOCHS
     return {"workers": workers, "files": len(paths), "bytes": total, "passes_per_sample": EPOCHS,
             "warmup_passes": warmup, "local_mbs": read / min(local) / 1e6, "memarts_mbs": read / min(mem) / 1e6,
-            "ratio": min(local) / min(mem), "direct": direct}
+            "ratio": min(local) / min(mem), "local": direct}
 
 
 def main():
@@ -286,7 +286,7 @@ def main():
     for r in (s4, s1):
         print(f"{r['workers']} worker(s), {r['files']} small files: memarts {r['memarts_mbs']:.0f} MB/s vs local files "
               f"{r['local_mbs']:.0f} MB/s ({r['ratio']:.2f}x) after {r['warmup_passes']} warm pass(es) to pin; "
-              f"direct reads by the workers: {r['direct']}")
+              f"local reads by the workers: {r['local']}")
     python_bench.write_results("warm", res)
 
 

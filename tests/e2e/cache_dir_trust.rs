@@ -3,7 +3,7 @@
 //! directory and the fix, before a slot reads or removes anything there; the default cache dir
 //! without `HOME`, which another user can create first in `/tmp`, is refused the same way. A chunk
 //! file of another owner in a warm fleet's cache, well-formed with other bytes (a CRC32C is no MAC),
-//! is never served: not by a direct read, not by a slot.
+//! is never served: not by a local read, not by a slot.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -168,8 +168,8 @@ fn a_chunk_file_of_another_owner_is_never_served_and_the_read_gets_the_right_byt
     for (url, data) in &objects {
         moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
     }
-    // No pinned chunks: a slot serves a chunk from its file, not from memory it locked earlier.
-    let fleet = Fleet::start(2, &[("MEMARTS_PIN_MEMORY", "0")]);
+    // No resident chunks: a slot serves a chunk from its file, not from memory it locked earlier.
+    let fleet = Fleet::start(2, &[("MEMARTS_RESIDENT_MEMORY", "0")]);
     fleet.wait_index_ready();
     let client = fleet.client(MIB as u64);
     for (url, data) in &objects {
@@ -187,12 +187,12 @@ fn a_chunk_file_of_another_owner_is_never_served_and_the_read_gets_the_right_byt
     }
     let gets = moto().gets_settled(&bucket);
 
-    // A direct read: the planted files are refused, the slots drop them and fetch the chunks again.
-    let counters = client.direct_counters().expect("direct reads of the fleet's own uid");
+    // A local read: the planted files are refused, the slots drop them and fetch the chunks again.
+    let counters = client.local_counters().expect("local reads of the fleet's own uid");
     let (hits, corrupt) = (counters.hits.load(Ordering::Relaxed), counters.corrupt.load(Ordering::Relaxed));
     let (url, data) = &objects[0];
-    assert!(client.read(url).unwrap() == *data, "a direct read served the planted chunk");
-    assert_eq!(counters.hits.load(Ordering::Relaxed), hits, "a planted chunk counted as a direct hit");
+    assert!(client.read(url).unwrap() == *data, "a local read served the planted chunk");
+    assert_eq!(counters.hits.load(Ordering::Relaxed), hits, "a planted chunk counted as a local hit");
     assert_eq!(counters.corrupt.load(Ordering::Relaxed) - corrupt, 2, "both planted chunks refused");
     // Through the slots only: they do not read the planted files either.
     let (url, data) = &objects[1];

@@ -21,7 +21,7 @@ fn second_read_is_served_from_cache_with_zero_origin_gets() {
         assert_eq!(client.read(&url).unwrap(), want);
     }
     assert_eq!(moto().gets_settled(&bucket), after_cold, "warm reads reached the origin");
-    // Warm chunks are read straight from their files (direct hits), counted by the slots once
+    // Warm chunks are read straight from their files (local hits), counted by the slots once
     // reported.
     client.send_read_reports();
     assert_eq!(fleet.total("hits"), 63);

@@ -89,11 +89,11 @@ fn a_cache_of_the_two_level_layout_is_moved_to_one_level_and_served_without_refe
     assert_eq!(fleet.total("hits"), chunks, "every chunk read through a slot was a hit");
     fleet.wait_index_ready();
     assert_eq!(fleet.total("cached_chunks"), chunks, "the rebuilt indexes hold every chunk");
-    // Direct reads (no slot asked) find the chunk files at their new paths.
+    // Local reads (no slot asked) find the chunk files at their new paths.
     let direct = fleet.client(CS);
     read_all(&direct);
-    let counters = direct.direct_counters().expect("direct reads are on");
-    assert_eq!(counters.hits.load(std::sync::atomic::Ordering::Relaxed), chunks, "direct hits");
+    let counters = direct.local_counters().expect("local reads are on");
+    assert_eq!(counters.hits.load(std::sync::atomic::Ordering::Relaxed), chunks, "local hits");
     let mut now = files_below(&dir);
     now.retain(|f| *f != kept);
     let mut expected: Vec<_> = moved_back
@@ -191,7 +191,7 @@ fn stop_proxy_drains_reads_in_flight_and_cleans_up_after_killed_slots_only() {
         let got = r.join().unwrap().unwrap_or_else(|e| panic!("the read in flight on slot {i} failed: {e}"));
         assert!(got == data[i], "the read in flight on slot {i} returned wrong bytes");
     }
-    // The dead slot's socket, pid file, metadata table and pin table.
+    // The dead slot's socket, pid file, metadata table and resident table.
     assert!(stdout.contains("stopped 2 proxies, cleaned 4 stale files"), "{stdout}{stderr}");
     assert!(!stderr.contains("did not drain"), "{stderr}");
     let left: Vec<String> = std::fs::read_dir(&fleet.run_dir)

@@ -70,7 +70,7 @@ fn every_size_class_reads_byte_exact_with_cat_dd_and_seeks_and_again_from_the_ca
         }
         if pass == 1 {
             // A new mount (no page cache left): every byte came from the fleet's cache (read by the
-            // mount straight from the chunk files, direct hits it reports to the slots later, or
+            // mount straight from the chunk files, local hits it reports to the slots later, or
             // through the slots).
             assert_eq!(moto().gets_settled(&bucket), gets_before, "the second pass reached the origin");
         } else {

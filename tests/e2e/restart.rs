@@ -103,7 +103,7 @@ fn stop_proxy_after_kill_9_of_the_whole_fleet_cleans_up_and_start_works() {
     std::thread::sleep(Duration::from_millis(200));
     // A start over the wreck must work: stale files are not a live fleet.
     let out = fleet.stop_proxy();
-    // Per slot: its socket, its pid file, its metadata table and its pin table.
+    // Per slot: its socket, its pid file, its metadata table and its resident table.
     assert!(text(&out.stdout).contains("stopped 0 proxies, cleaned 12 stale files"), "{}", text(&out.stdout));
     let leftovers: Vec<_> = std::fs::read_dir(&fleet.run_dir)
         .unwrap()
@@ -161,7 +161,7 @@ fn a_slot_that_is_down_is_retried_until_it_is_back() {
     let want = pattern(40, 4 * CS as usize);
     moto().put(&bucket, "y", &want);
     let fleet = Fleet::start(1, &[]);
-    // Through the slot (a direct read of the warm object would need no slot at all).
+    // Through the slot (a local read of the warm object would need no slot at all).
     let client = fleet.proxy_client(CS);
     let url = format!("s3://{bucket}/y");
     assert_eq!(client.read(&url).unwrap(), want);
@@ -253,7 +253,7 @@ fn put_objects(hint: &str, n: u64, chunks: usize, seed: u64) -> (String, Vec<Vec
 }
 
 /// A client of `fleet` whose calls give up after `deadline`.
-/// A client of the proxies only (these tests are about reaching slots that restart; a direct read of
+/// A client of the proxies only (these tests are about reaching slots that restart; a local read of
 /// a warm object needs no slot at all).
 fn client_with_deadline(fleet: &Fleet, deadline: Duration) -> memarts_shim::Client {
     let cfg = memarts_shim::ShimConfig { deadline, parallel: 8, ..fleet.proxy_client(CS).config().clone() };

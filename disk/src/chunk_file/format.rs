@@ -158,7 +158,7 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, FormatError> {
 }
 
 /// [`decode_header`] without decoding the identity: for a reader that knows which identity it
-/// expects and compares the bytes (a shim's direct hit), with no allocation.
+/// expects and compares the bytes (a shim's local hit), with no allocation.
 pub fn decode_raw(bytes: &[u8]) -> Result<RawHeader<'_>, FormatError> {
     let truncated = |needed: usize| FormatError::Truncated { needed, got: bytes.len() };
     if bytes.len() >= MAGIC.len() && bytes[..MAGIC.len()] != MAGIC {

@@ -2,7 +2,7 @@
 //! ([`ChunkId`], which names the file), the file's byte layout (`format.rs`: a checksummed header
 //! bound to the identity, then the page-aligned data), and where a chunk's file lives under a cache
 //! root ([`chunk_path`]). The proxies write chunk files; a shim of the fleet's own uid may open and
-//! verify one itself (a direct hit, with no round trip to a proxy). Both check a file by the same
+//! verify one itself (a local hit, with no round trip to a proxy). Both check a file by the same
 //! rules, [`verify`]'s.
 
 pub mod format;

@@ -55,7 +55,7 @@ pub fn header(bytes: &[u8], identity: &[u8]) -> Result<Data, Invalid> {
 
 impl From<&format::RawHeader<'_>> for Data {
     /// What a decoded header says of the data (for a reader that checks the identity its own way:
-    /// by the id it hashes to, as a slot pinning a chunk does).
+    /// by the id it hashes to, as a slot making a chunk resident does).
     fn from(raw: &format::RawHeader<'_>) -> Data {
         Data { offset: raw.data_offset, len: raw.data_len, crc32c: raw.data_crc32c, flags: raw.flags }
     }

@@ -2,7 +2,7 @@
 //! metadata the slot holds, its size and ETag and when they were last verified with the origin. With
 //! it, a shim that reads an object can name its chunk files itself (a chunk file's name is a pure
 //! function of object, ETag, chunk size and index) and read a warm object with no round trip to a
-//! proxy at all (a direct hit).
+//! proxy at all (a local hit).
 //!
 //! One file per slot (`<run dir>/meta-<slot>.table`, 0600), mapped shared: the slot writes it, any
 //! number of shim processes read it. The slot is its only writer (one lock in the slot serializes its

@@ -131,7 +131,7 @@ fn run(common: &Common, args: &MountArgs) -> Result<ExitCode> {
         shim.readahead_memory = opts.readahead_memory;
         shim.readahead_workers = 4.min(opts.threads);
         let session = Session::open(&settings, shim, cfg).context("reaching memarts")?;
-        if session.mode() == Mode::Direct {
+        if session.mode() == Mode::Origin {
             bail!("no memarts fleet runs and --embedded was not given");
         }
         std::fs::create_dir_all(&opts.spool_dir)

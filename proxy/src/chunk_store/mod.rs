@@ -3,7 +3,7 @@
 //! - [`ChunkKey`] / [`ChunkId`] and [`mod@format`]: a chunk's identity, its 128-bit hash and the chunk
 //!   file format (checksummed header bound to the key, page-aligned data), and [`mod@verify`], the
 //!   checks a chunk file passes. They live in `memarts_disk::chunk_file`, since shims read and
-//!   check chunk files too (a direct hit), by the same rules.
+//!   check chunk files too (a local hit), by the same rules.
 //! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
 //!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
 //!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);

@@ -140,7 +140,7 @@ impl Engine {
         self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("dropping corrupt chunk {id:032x}: {reason}");
         self.open.remove(id);
-        self.release_pin(id);
+        self.release_resident(id);
         self.index().remove(id);
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || store.remove(ChunkId(id))).await;
@@ -184,7 +184,7 @@ impl Engine {
         self.stats.evicted_chunks.fetch_add(victims.len() as u64, Ordering::Relaxed);
         for (id, _) in &victims {
             self.open.remove(*id);
-            self.release_pin(*id);
+            self.release_resident(*id);
         }
         let store = self.store.clone();
         let _ = tokio::task::spawn_blocking(move || {

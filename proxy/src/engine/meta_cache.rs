@@ -52,7 +52,7 @@ impl MetaCache {
     }
 
     /// Publishes every entry from now on in a new table at `path` (the fresh ones already held
-    /// first), for direct hits.
+    /// first), for local hits.
     pub fn publish_at(&self, path: std::path::PathBuf) -> io::Result<()> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut publisher = Publisher::create(path, self.ttl.as_millis() as u64)?;
@@ -79,7 +79,7 @@ impl MetaCache {
         let Some(publisher) = table.as_mut() else { return };
         if publisher.publish(url, meta, verified_ms) {
             if let Err(e) = publisher.grow(self.fresh(entries)) {
-                tracing::warn!("the metadata table for direct hits could not grow: {e}");
+                tracing::warn!("the metadata table for local hits could not grow: {e}");
             }
         }
     }
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(restarted.get("new"), Some(meta("2")));
 
         // Loaded after every entry expired: held as expired, for a listing to confirm; nothing
-        // trusted, nothing published for direct reads.
+        // trusted, nothing published for local reads.
         std::thread::sleep(Duration::from_millis(200));
         let late = MetaCache::new(Duration::from_millis(300), 10);
         let table = dir.path().join("meta.table");

@@ -1,4 +1,4 @@
-//! The slot's metadata table for direct hits (`memarts_disk::meta_table`), kept in step with the
+//! The slot's metadata table for local hits (`memarts_disk::meta_table`), kept in step with the
 //! metadata cache (`meta_cache.rs`, whose lock serializes every write here: the table has one writer).
 //!
 //! The table grows with what it holds: it starts small, and once half full (or once an entry had

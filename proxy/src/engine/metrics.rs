@@ -22,10 +22,10 @@ impl Engine {
         m.one("requests", "Requests from clients", Counter, status.requests as f64);
         m.one("hits", "Chunk reads served from the cache", Counter, status.hits as f64);
         m.one(
-            "direct_hits",
+            "local_hits",
             "Hits that clients read straight from the chunk files, with no request to a proxy (part of hits)",
             Counter,
-            n(&s.direct_hits),
+            n(&s.local_hits),
         );
         m.one(
             "misses",

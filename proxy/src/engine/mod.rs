@@ -18,7 +18,7 @@
 //! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
 //! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
 //! - `prefetch.rs`: objects clients hint they will read next, fetched ahead by adaptive fetchers;
-//! - `direct.rs`: direct hits (shims reading chunk files themselves): the published metadata and
+//! - `local_reads.rs`: local hits (shims reading chunk files themselves): the published metadata and
 //!   the reads they report;
 //! - `status.rs`: the counters as `memarts status` shows them;
 //! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, promised
@@ -35,7 +35,6 @@ mod awaited;
 mod budget_tests;
 mod chunks;
 mod dir_versions;
-mod direct;
 #[cfg(test)]
 mod disk_fault_tests;
 #[cfg(test)]
@@ -48,6 +47,7 @@ mod herd_tests;
 mod index;
 mod list_policy;
 mod listings;
+mod local_reads;
 mod meta_cache;
 mod meta_publisher;
 
@@ -56,11 +56,11 @@ mod metrics;
 mod miss;
 mod open_chunks;
 mod peers;
-pub(crate) mod pins;
 mod prefetch;
 mod rebuild;
 mod recency;
 mod refresh;
+pub(crate) mod resident;
 mod revalidate;
 #[cfg(test)]
 mod revalidate_tests;
@@ -158,8 +158,8 @@ pub struct Stats {
     pub connections: AtomicU64,
     pub requests: AtomicU64,
     pub hits: AtomicU64,
-    /// Hits a client read straight from the chunk files and reported (`direct.rs`); part of `hits`.
-    pub direct_hits: AtomicU64,
+    /// Hits a client read straight from the chunk files and reported (`local_reads.rs`); part of `hits`.
+    pub local_hits: AtomicU64,
     pub misses: AtomicU64,
     pub bytes_from_cache: AtomicU64,
     pub bytes_from_origin: AtomicU64,
@@ -239,8 +239,8 @@ pub struct Engine {
     prefetcher: Arc<Prefetcher>,
     /// Prefetched chunks the cache would not keep, waiting for their reads (`staging.rs`).
     staged: staging::Staging,
-    /// Chunks read directly, locked in memory and checked once (`pins.rs`), once set up.
-    pins: std::sync::OnceLock<Arc<pins::Pins>>,
+    /// Chunks read directly, locked in memory and checked once (`resident.rs`), once set up.
+    resident: std::sync::OnceLock<Arc<resident::ResidentChunks>>,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
@@ -286,7 +286,7 @@ impl Engine {
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
             staged: staging::Staging::default(),
-            pins: std::sync::OnceLock::new(),
+            resident: std::sync::OnceLock::new(),
         })
     }
 
@@ -316,7 +316,7 @@ impl Engine {
         self.only.clone().ok_or_else(|| {
             WireError::new(
                 ErrorCode::NoSpace,
-                "memarts is disabled here (direct mode): memarts-only objects cannot be stored",
+                "memarts is disabled here (origin mode): memarts-only objects cannot be stored",
             )
         })
     }
@@ -326,7 +326,7 @@ impl Engine {
     pub async fn read_memarts(&self, url: &str) -> Result<ChunkOutcome, WireError> {
         let parsed = parse_url(url)?;
         let store = self.only_store().map_err(|_| {
-            WireError::new(ErrorCode::NotFound, format!("{url}: no memarts-only objects in direct mode"))
+            WireError::new(ErrorCode::NotFound, format!("{url}: no memarts-only objects in origin mode"))
         })?;
         match store.read(parsed, INLINE_MAX).await {
             Ok(None) => {

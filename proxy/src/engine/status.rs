@@ -7,10 +7,10 @@ use memarts_protocol::{AdmissionStatus, SlotStatus};
 use super::Engine;
 
 impl Engine {
-    /// The counters as of now: reads of pinned chunks noted so far counted first (they are
+    /// The counters as of now: reads of resident chunks noted so far counted first (they are
     /// otherwise counted every second), so that what a client read before asking is in them.
     pub fn status(&self) -> SlotStatus {
-        self.count_pinned_reads();
+        self.count_resident_reads();
         let index = self.index();
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -144,7 +144,7 @@ async fn revalidate(mut cx: Ctx<'_>, req: &memarts_protocol::RevalidateRequest) 
     cx.answer(reply).await
 }
 
-/// Direct hits a client reports: only the fleet's own uid can read chunk files, so only it may.
+/// Local hits a client reports: only the fleet's own uid can read chunk files, so only it may.
 async fn touched(mut cx: Ctx<'_>, touches: &[Touch]) -> Result<(), ConnError> {
     let reply = if touches.len() > MAX_TOUCHES {
         Err(WireError::new(ErrorCode::BadRequest, format!("more than {MAX_TOUCHES} chunks in one Touched")))

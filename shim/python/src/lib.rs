@@ -125,7 +125,7 @@ impl Client {
         Ok(Client { inner: Arc::new(inner) })
     }
 
-    /// `"proxy"`, `"embedded"` or `"direct"`.
+    /// `"proxy"`, `"embedded"` or `"origin"`.
     #[getter]
     fn mode(&self) -> &'static str {
         self.inner.mode().name()
@@ -328,13 +328,13 @@ impl Client {
     /// prefetchers' `prefetch_hinted`, `prefetched` (objects), `prefetched_chunks`,
     /// `prefetch_skipped_cached`, `prefetch_dropped`, `prefetch_throttled`, `prefetch_failed`,
     /// `prefetch_queued`, `prefetch_inflight`, `prefetch_limit` (objects the slots may fetch at once
-    /// now), and this client's `prefetch_unsupported`; and this client's direct reads (warm chunks
-    /// read straight from their files, no request to a proxy): `direct_hits`, `direct_bytes`,
-    /// `direct_fallbacks` (looked for directly, read through a proxy), `direct_corrupt` (files
-    /// that failed their checks: never served, refetched by their slot) and `direct_pinned` (hits on
-    /// chunks their slot held locked in memory and checked when pinned: no CRC32C computed again).
+    /// now), and this client's `prefetch_unsupported`; and this client's local reads (warm chunks
+    /// read straight from their files, no request to a proxy): `local_hits`, `local_bytes`,
+    /// `local_fallbacks` (looked for directly, read through a proxy), `local_corrupt` (files
+    /// that failed their checks: never served, refetched by their slot) and `local_resident` (hits on
+    /// chunks their slot held locked in memory and checked when made resident: no CRC32C computed again).
     fn stats(&self, py: Python<'_>) -> std::collections::BTreeMap<&'static str, u64> {
-        // `status` reports this process's direct reads first: the slots' counters include them.
+        // `status` reports this process's local reads first: the slots' counters include them.
         let statuses = py.detach(|| self.inner.status(std::time::Duration::from_secs(5)));
         let mut sums = std::collections::BTreeMap::new();
         for (_slot, status) in statuses {
@@ -376,24 +376,24 @@ impl Client {
         let own = self.inner.prefetch_counters();
         let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
         sums.insert("prefetch_unsupported", load(&own.unsupported));
-        let direct = self.inner.client().direct_counters();
+        let local = self.inner.client().local_counters();
         for (name, v) in [
-            ("direct_hits", direct.map(|d| load(&d.hits))),
-            ("direct_bytes", direct.map(|d| load(&d.bytes))),
-            ("direct_fallbacks", direct.map(|d| load(&d.fallbacks))),
-            ("direct_corrupt", direct.map(|d| load(&d.corrupt))),
-            ("direct_pinned", direct.map(|d| load(&d.pinned))),
+            ("local_hits", local.map(|d| load(&d.hits))),
+            ("local_bytes", local.map(|d| load(&d.bytes))),
+            ("local_fallbacks", local.map(|d| load(&d.fallbacks))),
+            ("local_corrupt", local.map(|d| load(&d.corrupt))),
+            ("local_resident", local.map(|d| load(&d.resident))),
         ] {
             sums.insert(name, v.unwrap_or(0));
         }
         sums
     }
 
-    /// Reports this client's direct reads (warm chunks read straight from their files) to their
+    /// Reports this client's local reads (warm chunks read straight from their files) to their
     /// slots now, and waits until they are counted. Never needed for the counts to get there: they
     /// go in batches, and the rest when the client goes or the process ends (a DataLoader worker
     /// included, `at_exit.rs`); for a caller that wants the slots' eviction to see them now.
-    fn report_direct_reads(&self, py: Python<'_>) {
+    fn send_read_reports(&self, py: Python<'_>) {
         py.detach(|| self.inner.send_read_reports());
     }
 

@@ -150,32 +150,32 @@ def test_mixed_reads_seeks_and_lines_match_a_local_file(s3, bucket):
 
 
 @pytest.mark.proxy_only
-def test_reads_of_pinned_chunks_go_straight_into_their_bytes_and_match_a_local_file(s3, bucket, fleet):
+def test_reads_of_resident_chunks_go_straight_into_their_bytes_and_match_a_local_file(s3, bucket, fleet):
     want = b"".join(pattern(146 + i, 1 + (i * 7919) % (CS // 2)) + b"\n" for i in range(60))
-    s3.put_object(Bucket=bucket, Key="pinned", Body=want)
-    url = f"obs://{bucket}/pinned"
+    s3.put_object(Bucket=bucket, Key="resident", Body=want)
+    url = f"obs://{bucket}/resident"
     chunks = -(-len(want) // CS)
     assert mox.file.read(url, binary=True) == want
     fleet.wait_cached(chunks)
-    # Read whole (direct reads, reported) until every chunk is read from a pin.
+    # Read whole (local reads, reported) until every chunk is read resident.
     deadline = time.time() + 20
     while True:
-        before = mox.stats()["direct_pinned"]
+        before = mox.stats()["local_resident"]
         assert mox.file.read(url, binary=True) == want
-        if mox.stats()["direct_pinned"] - before == chunks:
+        if mox.stats()["local_resident"] - before == chunks:
             break
-        assert time.time() < deadline, "the chunks were never pinned"
+        assert time.time() < deadline, "the chunks were never made resident"
         time.sleep(0.05)
     before = mox.stats()
     _mixed_reads_match_a_local_file(url, want, 3)
     after = mox.stats()
-    assert after["direct_pinned"] > before["direct_pinned"], "no read was served from a pin"
-    assert after["direct_corrupt"] == before["direct_corrupt"]
-    # A file read in whole chunks reads every chunk once, each from its pin, with no proxy.
+    assert after["local_resident"] > before["local_resident"], "no read was served from a resident chunk"
+    assert after["local_corrupt"] == before["local_corrupt"]
+    # A file read in whole chunks reads every chunk once, each resident, with no proxy.
     before = mox.stats()
     with mox.file.File(url, "rb") as f:
         got = b"".join(iter(lambda: f.read(CS), b""))
     assert got == want
     after = mox.stats()
-    assert after["direct_pinned"] - before["direct_pinned"] == chunks, (before, after)
-    assert after["direct_hits"] - before["direct_hits"] == chunks, (before, after)
+    assert after["local_resident"] - before["local_resident"] == chunks, (before, after)
+    assert after["local_hits"] - before["local_hits"] == chunks, (before, after)

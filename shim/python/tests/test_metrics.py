@@ -99,11 +99,11 @@ def test_the_endpoint_serves_every_slots_metrics_as_the_reads_made_them(s3, buck
     assert values(families, "memarts_slot_up") == {s: 1 for s in range(SLOTS)}
     for i in range(OBJECTS):
         s3.put_object(Bucket=bucket, Key=f"m/{i}", Body=pattern(900 + i, SIZE))
-    # Cold, then from the cache through the slots (direct reads off: the slots time what they
-    # serve; direct hits are counted below).
+    # Cold, then from the cache through the slots (local reads off: the slots time what they
+    # serve; local hits are counted below).
     for direct in ("1", "0"):
         for i in range(OBJECTS):
-            data = m.memarts("cat", f"s3://{bucket}/m/{i}", env={"MEMARTS_DIRECT_READS": direct}).stdout
+            data = m.memarts("cat", f"s3://{bucket}/m/{i}", env={"MEMARTS_LOCAL_READS": direct}).stdout
             assert data == pattern(900 + i, SIZE)
     assert m.memarts("cat", f"s3://{bucket}/m/missing", check=False).returncode != 0
 
@@ -143,13 +143,13 @@ def test_the_endpoint_serves_every_slots_metrics_as_the_reads_made_them(s3, buck
             range(SLOTS)
         ), name
     assert families["memarts_connections"].type == "gauge"
-    # A third pass with direct reads (the default): straight from the chunk files, no request to a
-    # slot, reported when the process ends: hits, counted apart as direct hits.
-    assert total(families, "memarts_direct_hits", "memarts_direct_hits_total") == 0
+    # A third pass with local reads (the default): straight from the chunk files, no request to a
+    # slot, reported when the process ends: hits, counted apart as local hits.
+    assert total(families, "memarts_local_hits", "memarts_local_hits_total") == 0
     for i in range(OBJECTS):
         assert m.memarts("cat", f"s3://{bucket}/m/{i}").stdout == pattern(900 + i, SIZE)
     families = scrape(m.url)
-    assert total(families, "memarts_direct_hits", "memarts_direct_hits_total") == CHUNKS
+    assert total(families, "memarts_local_hits", "memarts_local_hits_total") == CHUNKS
     assert total(families, "memarts_hits", "memarts_hits_total") == 2 * CHUNKS
     assert total(families, "memarts_read_seconds", "memarts_read_seconds_count", result="hit") == CHUNKS
     # The Grafana dashboard asks for nothing the endpoint does not serve.

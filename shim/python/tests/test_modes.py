@@ -36,7 +36,7 @@ def test_without_memarts_objects_are_read_from_the_origin_and_nothing_is_cached(
     code = (
         "import memarts as mox, sys\n"
         f"got = mox.file.read('obs://{bucket}/d.bin', binary=True)\n"
-        "assert mox.file.mode() == 'direct', mox.file.mode()\n"
+        "assert mox.file.mode() == 'origin', mox.file.mode()\n"
         f"sys.stdout.buffer.write(got)\n"
     )
     out = subprocess.run(

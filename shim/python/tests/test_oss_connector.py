@@ -92,7 +92,7 @@ def read_and_transform(data):
     return value, 0
 dataset = OssMapDataset.from_prefix("{oss_data_folder_uri}", endpoint="{oss_endpoint}", transform=read_and_transform, cred_path=cred_path, config_path=config_path)
 data_loader = torch.utils.data.DataLoader(
-    dataset, batch_size="{batch_size}",num_workers="{num_workers"}, pin_memory=True)
+    dataset, batch_size="{batch_size}",num_workers="{num_workers"}, resident_memory=True)
 
 for epoch in range(args.epochs):
     for step, (images, target) in enumerate(data_loader):
@@ -446,7 +446,7 @@ def test_datasets_and_checkpoint_with_the_connector_arguments(s3, bucket, node):
 
 @pytest.mark.parametrize("other", ["endpoint", "cred_path"])
 def test_endpoint_and_cred_path_name_the_origin_in_every_mode(node, other):
-    """Embedded (and direct) mode: the in-process engine is started with endpoint= and cred_path=;
+    """Embedded (and origin) mode: the in-process engine is started with endpoint= and cred_path=;
     proxy mode: the fleet holds the origin client, and a dataset asking for another endpoint or
     credentials file than the fleet's is an error saying how to start the fleet."""
     endpoint, cred = node.endpoint, node.cred

@@ -21,7 +21,7 @@ def _script_env(tmp_path, **extra):
     return env
 
 
-@pytest.mark.parametrize("use_memarts", ["0", "1"], ids=["direct", "embedded"])
+@pytest.mark.parametrize("use_memarts", ["0", "1"], ids=["origin", "embedded"])
 def test_set_auth_configures_the_in_process_modes(s3, bucket, tmp_path, moto_endpoint, use_memarts):
     s3.put_object(Bucket=bucket, Key="k.txt", Body=b"authorised")
     host = urlparse(moto_endpoint)
@@ -31,7 +31,7 @@ def test_set_auth_configures_the_in_process_modes(s3, bucket, tmp_path, moto_end
         "                  ssl_verify=False, long_conn_mode=True, path_style=True, retry=3, retry_wait=1,\n"
         "                  client_timeout=30, list_max_keys=1000)\n"
         f"assert mox.file.read('obs://{bucket}/k.txt') == 'authorised'\n"
-        f"expected = {'embedded' if use_memarts == '1' else 'direct'!r}\n"
+        f"expected = {'embedded' if use_memarts == '1' else 'origin'!r}\n"
         "assert mox.file.mode() == expected, mox.file.mode()\n"
         # Changing the endpoint again replaces the in-process engine.
         f"mox.file.set_auth(server='http://{host.hostname}:{host.port}')\n"

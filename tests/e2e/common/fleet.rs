@@ -121,10 +121,10 @@ impl Fleet {
         .expect("client")
     }
 
-    /// A client that reads through the proxies only (no direct reads of chunk files): for tests of
+    /// A client that reads through the proxies only (no local reads of chunk files): for tests of
     /// what the proxies do.
     pub fn proxy_client(&self, chunk_size: u64) -> Client {
-        Client::new(ShimConfig { direct_reads: false, ..self.client(chunk_size).config().clone() })
+        Client::new(ShimConfig { local_reads: false, ..self.client(chunk_size).config().clone() })
             .expect("client")
     }
 

@@ -24,11 +24,11 @@ def stats():
     ``prefetch_hinted``, ``prefetched`` (objects fetched ahead), ``prefetched_chunks``,
     ``prefetch_skipped_cached``, ``prefetch_dropped``, ``prefetch_throttled``, ``prefetch_failed``,
     ``prefetch_queued``, ``prefetch_inflight``, ``prefetch_limit``, ``prefetch_unsupported``; and this
-    process's direct reads (warm chunks read straight from their files, with no request to a proxy;
-    the slots count them in ``hits`` once reported, which this call does first): ``direct_hits``,
-    ``direct_bytes``, ``direct_fallbacks`` (looked for on disk, read through a proxy),
-    ``direct_corrupt`` (files that failed their checks: never served, refetched) and
-    ``direct_pinned`` (of the hits, chunks their slot held pinned: locked in memory and checked
+    process's local reads (warm chunks read straight from their files, with no request to a proxy;
+    the slots count them in ``hits`` once reported, which this call does first): ``local_hits``,
+    ``local_bytes``, ``local_fallbacks`` (looked for on disk, read through a proxy),
+    ``local_corrupt`` (files that failed their checks: never served, refetched) and
+    ``local_resident`` (of the hits, chunks their slot held resident: locked in memory and checked
     once, so not checked again)."""
     return file._fleet().stats()
 
@@ -38,7 +38,7 @@ def prefetch(urls):
     will go to, so that the read is a hit. Returns how many were queued (objects already cached are
     not). Best effort: local paths are skipped (they are read directly), and a slot that is down or
     too old to take hints only loses its hints. In embedded mode the in-process engine fetches them
-    into the shared cache dir; in direct mode (nothing is cached) hints do nothing."""
+    into the shared cache dir; in origin mode (nothing is cached) hints do nothing."""
     remote = [u for u in urls if file._local_path(u) is None]
     if not remote:
         return 0

@@ -2,7 +2,7 @@
 
 memarts reads them from the environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_ENDPOINT_URL``, ``AWS_ALLOW_HTTP``) when an engine starts, so ``set_auth`` writes those
-variables and, in direct and embedded modes (where the engine lives in this process), replaces the
+variables and, in origin and embedded modes (where the engine lives in this process), replaces the
 process's client so the next call uses them. Child processes started afterwards inherit them too.
 
 In proxy mode the fleet's processes talk to the origin with the credentials they were started with:

@@ -89,7 +89,7 @@ _client_lock = threading.Lock()
 
 def _fleet():
     """The process's client, created on first use and again in a forked child: a fleet client
-    would reconnect by itself, but an in-process engine (embedded or direct mode) lives in a thread
+    would reconnect by itself, but an in-process engine (embedded or origin mode) lives in a thread
     that a child does not inherit."""
     global _client, _client_pid
     if _client is None or _client_pid != os.getpid():
@@ -102,7 +102,7 @@ def _fleet():
 
 def _reset_client():
     """Drops the process's client, so the next call opens one with the current environment
-    (``set_auth`` in direct and embedded modes)."""
+    (``set_auth`` in origin and embedded modes)."""
     global _client, _client_pid
     with _client_lock:
         _client = None
@@ -112,7 +112,7 @@ def _reset_client():
 def mode():
     """How this process reaches memarts: ``"proxy"`` (a fleet runs, or ``USE_MEMARTS_PROXY=1``),
     ``"embedded"`` (``USE_MEMARTS=1`` and no fleet: the engine runs in this process, on the shared
-    cache dir) or ``"direct"`` (no memarts: objects are read from the origin, nothing is cached)."""
+    cache dir) or ``"origin"`` (no memarts: objects are read from the origin, nothing is cached)."""
     return _fleet().mode
 
 

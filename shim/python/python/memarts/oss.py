@@ -12,7 +12,7 @@ They are :class:`memarts.torch.MapDataset`, :class:`~memarts.torch.IterableDatas
 - ``endpoint`` (required, as in the connector) and ``cred_path`` (the credentials file, see
   :mod:`memarts._oss_config`) say where the objects are and how to sign for them. memarts holds one
   origin client per process (in proxy mode: per fleet), so they are **process-wide**: in embedded and
-  direct modes the first dataset or checkpoint sets ``AWS_ENDPOINT_URL`` and
+  origin modes the first dataset or checkpoint sets ``AWS_ENDPOINT_URL`` and
   ``MEMARTS_CREDENTIALS_FILE`` for the process (and for the DataLoader workers it starts) and
   restarts the in-process engine; another one asking for a different endpoint or credentials file
   in the same process is a :class:`~memarts.errors.ConfigError`. In proxy mode the fleet's

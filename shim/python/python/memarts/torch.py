@@ -32,7 +32,7 @@ The fleet fetches each hinted object once, on the slot the read will go to, with
 in flight (fewer when the object store answers 503 SlowDown); reads that arrive first join the
 fetch; hints only reach a bounded window ahead, so prefetched data evicts only what those reads
 would. ``memarts.stats()`` shows ``prefetched``, ``prefetch_skipped_cached``... In embedded mode the
-process that draws the order (the main process) fetches into the shared cache dir; in direct mode
+process that draws the order (the main process) fetches into the shared cache dir; in origin mode
 hints do nothing.
 """
 

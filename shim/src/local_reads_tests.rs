@@ -3,7 +3,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use memarts_disk::layout::{fleet_file, meta_table_path};
 use memarts_disk::meta_table::{url_key, Published, TableFile};
 
-use super::Direct;
+use super::LocalReads;
 use crate::conn::Dialer;
 
 fn published(size: u64) -> Published {
@@ -23,7 +23,7 @@ fn a_table_that_grew_is_read_at_once_by_a_reader_of_the_old_one() {
     old.table().publish(url_key("s3://b/first"), &published(1));
     let uid = nix::unistd::geteuid().as_raw();
     let dial = std::sync::Arc::new(Dialer::new(run.path().to_path_buf(), uid, std::time::Duration::ZERO, 1));
-    let direct = Direct::new(&dial).expect("direct reads");
+    let direct = LocalReads::new(&dial).expect("local reads");
     assert_eq!(direct.meta("s3://b/first", 0).map(|m| m.size), Some(1), "mapped and read");
 
     let new = TableFile::create(&path, 32, 60_000).unwrap();

@@ -1,14 +1,14 @@
-//! Pinned chunks: chunks that shims read directly, held locked in memory and checked once, so that
-//! their readers need not check them again (`memarts_disk::pin_table` says why that is sound).
+//! Resident chunks: chunks that shims read directly, held locked in memory and checked once, so that
+//! their readers need not check them again (`memarts_disk::resident_table` says why that is sound).
 //!
-//! The slot pins what it hears was read again (`Request::Touched`; `Engine::touched` queues only
-//! chunks read before), within its share of the pin budget (`pin_memory`), on one blocking thread
+//! The slot resident chunks what it hears was read again (`Request::Touched`; `Engine::touched` queues only
+//! chunks read before), within its share of the resident entry budget (`resident_memory`), on one blocking thread
 //! at a time, from a bounded queue: it maps the chunk file, locks the mapping (`mlock`; see
 //! `map_checked`), checks the header (the chunk's own) and the data (its CRC32C) in the locked
 //! pages, and publishes the file's stamp only if the file did not change meanwhile and its name
-//! still names it. When the budget is full, a CLOCK sweep finds a pin not read since the hand last
-//! passed it; a pin still read stays, and a chunk that finds none within a few steps is not pinned
-//! (so a dataset larger than the budget does not churn pins at every read). A pin goes when its
+//! still names it. When the budget is full, a CLOCK sweep finds a resident entry not read since the hand last
+//! passed it; a resident entry still read stays, and a chunk that finds none within a few steps is not resident
+//! (so a dataset larger than the budget does not churn resident chunks at every read). A resident entry goes when its
 //! chunk is evicted or dropped as corrupt: the table entry first, then the pages.
 
 use std::collections::{HashMap, VecDeque};
@@ -20,19 +20,19 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use memarts_disk::chunk_file::{format, verify, ChunkKey};
-use memarts_disk::pin_table::{OwnerLock, PinFile, Stamp};
+use memarts_disk::resident_table::{OwnerLock, ResidentFile, Stamp};
 
-/// A file changed this recently is not pinned yet: a write in the same tick of the kernel's coarse
+/// A file changed this recently is not resident yet: a write in the same tick of the kernel's coarse
 /// clock could leave its times as they were.
 const SETTLED: Duration = Duration::from_millis(100);
 
-/// CLOCK steps one pin may take looking for room before it gives up.
+/// CLOCK steps one resident entry may take looking for room before it gives up.
 const SWEEP: usize = 8;
 
-/// Chunks waiting to be pinned at most (more are dropped: their next reads ask again).
+/// Chunks waiting to be resident at most (more are dropped: their next reads ask again).
 const QUEUED: usize = 1 << 16;
 
-/// Pin table entries per byte of budget: one per 32 KiB pinned (chunks are at least 4 KiB, most
+/// Resident entry table entries per byte of budget: one per 32 KiB resident (chunks are at least 4 KiB, most
 /// far larger), at least 1024.
 const BYTES_PER_ENTRY: u64 = 32 << 10;
 
@@ -53,49 +53,49 @@ struct State {
     /// CLOCK order; may name chunks no longer held (skipped).
     ring: VecDeque<u128>,
     used: u64,
-    /// Chunks read and not pinned yet, for the pinning thread to take (at most [`QUEUED`]).
+    /// Chunks read and not resident yet, for the making resident thread to take (at most [`QUEUED`]).
     queue: Vec<u128>,
 }
 
-/// Counters of pins, for `memarts status` and the metrics.
+/// Counters of resident chunks, for `memarts status` and the metrics.
 #[derive(Default)]
-pub struct PinStats {
-    pub pinned: AtomicU64,
+pub struct ResidentStats {
+    pub resident: AtomicU64,
     pub released: AtomicU64,
     pub refused: AtomicU64,
 }
 
-pub(crate) struct Pins {
-    file: PinFile,
+pub(crate) struct ResidentChunks {
+    file: ResidentFile,
     _owner: OwnerLock,
     budget: u64,
     state: Mutex<State>,
-    /// A batch is being pinned.
+    /// A batch is being resident.
     busy: AtomicBool,
-    /// Memory cannot be locked (`RLIMIT_MEMLOCK`): no more pins are tried.
+    /// Memory cannot be locked (`RLIMIT_MEMLOCK`): no more resident chunks are tried.
     refused: AtomicBool,
-    pub stats: PinStats,
+    pub stats: ResidentStats,
 }
 
-impl Pins {
-    /// A new pin table at `path` holding at most `budget` bytes, its owner lock taken; an older
+impl ResidentChunks {
+    /// A new resident table at `path` holding at most `budget` bytes, its owner lock taken; an older
     /// table there is marked superseded once the new one is in place.
-    pub fn create(path: &Path, budget: u64) -> std::io::Result<Pins> {
-        let older = PinFile::open(path).ok();
+    pub fn create(path: &Path, budget: u64) -> std::io::Result<ResidentChunks> {
+        let older = ResidentFile::open(path).ok();
         let entries = (budget / BYTES_PER_ENTRY).clamp(1024, 1 << 22) as usize;
-        let file = PinFile::create(path, entries.next_power_of_two())?;
+        let file = ResidentFile::create(path, entries.next_power_of_two())?;
         let owner = file.hold_owner_lock()?;
         if let Some(older) = older {
             older.table().mark_superseded();
         }
-        Ok(Pins {
+        Ok(ResidentChunks {
             file,
             _owner: owner,
             budget,
             state: Mutex::default(),
             busy: AtomicBool::new(false),
             refused: AtomicBool::new(false),
-            stats: PinStats::default(),
+            stats: ResidentStats::default(),
         })
     }
 
@@ -103,13 +103,13 @@ impl Pins {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Bytes pinned now, and the budget.
+    /// Bytes resident now, and the budget.
     pub fn usage(&self) -> (u64, u64) {
         (self.state().used, self.budget)
     }
 
-    /// Notes reads of `ids` and queues those not pinned yet; true when the caller is to start the
-    /// pinning thread ([`Pins::pin_queued`]: none runs). Nothing once memory cannot be locked.
+    /// Notes reads of `ids` and queues those not resident yet; true when the caller is to start the
+    /// making resident thread ([`ResidentChunks::resident_queued`]: none runs). Nothing once memory cannot be locked.
     pub fn read(&self, ids: &[u128]) -> bool {
         if self.refused.load(Ordering::Relaxed) {
             return false;
@@ -128,9 +128,9 @@ impl Pins {
         queued && !self.busy.swap(true, Ordering::Acquire)
     }
 
-    /// Pins what is queued, until nothing is (`path_of` names a chunk's file). Blocking: on a
+    /// Makes resident what is queued, until nothing is (`path_of` names a chunk's file). Blocking: on a
     /// blocking thread.
-    pub fn pin_queued(&self, path_of: impl Fn(u128) -> PathBuf) {
+    pub fn resident_queued(&self, path_of: impl Fn(u128) -> PathBuf) {
         loop {
             let ids = std::mem::take(&mut self.state().queue);
             if ids.is_empty() || self.refused.load(Ordering::Relaxed) {
@@ -143,16 +143,16 @@ impl Pins {
             }
             for id in ids {
                 if !self.state().held.contains_key(&id) {
-                    self.pin(id, &path_of(id));
+                    self.make_resident(id, &path_of(id));
                 }
             }
         }
     }
 
-    fn pin(&self, id: u128, path: &Path) {
+    fn make_resident(&self, id: u128, path: &Path) {
         let Ok(file) = File::options().read(true).custom_flags(libc::O_NOATIME | libc::O_NONBLOCK).open(path)
         else {
-            return; // evicted meanwhile, or not ours to open with O_NOATIME: not pinned
+            return; // evicted meanwhile, or not ours to open with O_NOATIME: not resident
         };
         let Ok(meta) = file.metadata() else { return };
         let stamp = Stamp::of(&meta);
@@ -173,17 +173,17 @@ impl Pins {
         }
         let mut state = self.state();
         // Under the lock that `release` takes: an eviction either came before (the name no longer
-        // names this file, so it is not pinned) or comes after (and finds the pin).
+        // names this file, so it is not resident) or comes after (and finds the resident entry).
         let current =
             std::fs::symlink_metadata(path).is_ok_and(|m| m.ino() == stamp.ino && m.dev() == meta.dev());
         if !current || state.held.contains_key(&id) {
             return;
         }
-        let Some(place) = self.file.table().pin(id, stamp) else { return };
+        let Some(place) = self.file.table().insert(id, stamp) else { return };
         state.held.insert(id, Held { _map: map, bytes, data_len, place, referenced: false });
         state.ring.push_back(id);
         state.used += bytes;
-        self.stats.pinned.fetch_add(1, Ordering::Relaxed);
+        self.stats.resident.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The chunk file mapped whole, locked, and checked in the locked pages: a header naming chunk
@@ -196,7 +196,7 @@ impl Pins {
     /// all in memory are locked as they are: a reader that just read the chunk from the disk
     /// brought them in, and reading it again would double the disk reads of the epoch that is
     /// reading the dataset from the disk (issue 29: 789 MB read for a 375 MiB epoch). Once per
-    /// pin; pages another process maps or locks stay as they are.
+    /// resident entry; pages another process maps or locks stay as they are.
     ///
     /// The check reads the file (`pread`), not the mapping: once locked, its pages are the pages
     /// the page cache copies from, and a file cut short meanwhile (by anyone of the cache's uid)
@@ -214,8 +214,8 @@ impl Pins {
         if let Err(e) = map.lock() {
             if !self.refused.swap(true, Ordering::Relaxed) {
                 tracing::warn!(
-                    "pinned chunks off: cannot lock memory ({e}); raise RLIMIT_MEMLOCK (ulimit -l) or grant \
-                     CAP_IPC_LOCK for direct reads that skip their CRC32C"
+                    "resident chunks off: cannot lock memory ({e}); raise RLIMIT_MEMLOCK (ulimit -l) or grant \
+                     CAP_IPC_LOCK for local reads that skip their CRC32C"
                 );
             }
             return None;
@@ -224,7 +224,7 @@ impl Pins {
         Some((map, len))
     }
 
-    /// The reads shims noted of the chunks pinned ([`memarts_disk::pin_table::PinTable::note_read`])
+    /// The reads shims noted of the chunks resident ([`memarts_disk::resident_table::ResidentTable::note_read`])
     /// since the last call: (chunk, reads, data length) of each chunk read. They count for CLOCK
     /// here as reads heard in a report do.
     pub fn take_reads(&self) -> Vec<(u128, u64, u64)> {
@@ -241,7 +241,7 @@ impl Pins {
         read
     }
 
-    /// Frees pins until `bytes` more fit, by CLOCK; false when it found no pin to give way within
+    /// Frees resident chunks until `bytes` more fit, by CLOCK; false when it found no resident entry to give way within
     /// [`SWEEP`] steps.
     fn make_room(&self, bytes: u64) -> bool {
         if bytes > self.budget {
@@ -262,30 +262,30 @@ impl Pins {
                 state.ring.push_front(id);
                 return false;
             }
-            self.unpin(&mut state, id);
+            self.release_entry(&mut state, id);
         }
         true
     }
 
-    fn unpin(&self, state: &mut State, id: u128) {
+    fn release_entry(&self, state: &mut State, id: u128) {
         // The entry first: no reader skips its check from now on; then the pages.
-        self.file.table().unpin(id);
+        self.file.table().withdraw(id);
         if let Some(held) = state.held.remove(&id) {
             state.used -= held.bytes;
             self.stats.released.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// Lets go of chunk `id`'s pin, if any (it is being evicted or dropped).
+    /// Lets go of chunk `id`'s resident entry, if any (it is being evicted or dropped).
     pub fn release(&self, id: u128) {
         let mut state = self.state();
         if state.held.contains_key(&id) {
-            self.unpin(&mut state, id);
+            self.release_entry(&mut state, id);
         }
     }
 }
 
-/// Bytes of a chunk file read and checked per step while pinning.
+/// Bytes of a chunk file read and checked per step while making resident.
 const PIECE: usize = 256 << 10;
 
 /// The data length of the chunk file `file` (`len` bytes) if it holds a header naming chunk `id`
@@ -317,7 +317,7 @@ fn check_file(file: &File, id: u128, len: usize) -> Option<u64> {
     verify::data_crc(&data, crc.finish()).ok().map(|()| data_len)
 }
 
-/// The default pin budget of a fleet: a sixteenth of the machine's memory.
+/// The default resident entry budget of a fleet: a sixteenth of the machine's memory.
 pub(crate) fn default_fleet_budget() -> u64 {
     // SAFETY: sysconf only reads system configuration.
     let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
@@ -344,14 +344,17 @@ pub(crate) fn slot_budget(fleet: u64, slots: u32) -> u64 {
     share.min(limit.rlim_cur)
 }
 
-/// Pins what is queued on the runtime's blocking pool (after [`Pins::read`] said to).
-pub(crate) fn spawn_pinning(pins: &Arc<Pins>, path_of: impl Fn(u128) -> PathBuf + Send + 'static) {
+/// Makes resident what is queued on the runtime's blocking pool (after [`ResidentChunks::read`] said to).
+pub(crate) fn spawn_making_resident(
+    resident: &Arc<ResidentChunks>,
+    path_of: impl Fn(u128) -> PathBuf + Send + 'static,
+) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        pins.busy.store(false, Ordering::Release);
+        resident.busy.store(false, Ordering::Release);
         return;
     };
-    let pins = Arc::clone(pins);
-    runtime.spawn_blocking(move || pins.pin_queued(path_of));
+    let resident = Arc::clone(resident);
+    runtime.spawn_blocking(move || resident.resident_queued(path_of));
 }
 
 /// Whether every page of `map` is in the page cache.
@@ -366,5 +369,5 @@ fn all_resident(map: &memmap2::Mmap) -> bool {
 }
 
 #[cfg(test)]
-#[path = "pins_tests.rs"]
+#[path = "resident_tests.rs"]
 mod tests;

@@ -1,28 +1,28 @@
-//! The chunks a proxy slot holds locked in memory, checked, for the shims of its fleet's uid (pinned
+//! The chunks a proxy slot holds locked in memory, checked, for the shims of its fleet's uid (resident
 //! chunks).
 //!
-//! A direct read checks every byte it reads against the chunk's CRC32C, because a page of a chunk
+//! A local read checks every byte it reads against the chunk's CRC32C, because a page of a chunk
 //! file may have been dropped from the page cache and read again from the disk since it was last
-//! checked, and a disk can return other bytes than it was given. A pinned chunk cannot: its slot
+//! checked, and a disk can return other bytes than it was given. A resident chunk cannot: its slot
 //! mapped its file, locked the mapping in memory (`mlock`: those pages are never dropped, so never
 //! read again from the disk), checked the data there against its CRC32C, and noted here the file's
 //! inode, size and times as they were when it checked. A shim that finds a chunk here reads it as
 //! usual and then skips the CRC32C if, after its read,
 //! - the file it read has the noted inode, size, mtime and ctime: it is the file checked, and
 //!   nothing wrote to it since (any write changes its mtime and ctime);
-//! - the entry is as it was before the read: the slot did not let go of the pin meanwhile (it
+//! - the entry is as it was before the read: the slot did not let go of the resident entry meanwhile (it
 //!   withdraws the entry before it unlocks anything);
-//! - the slot is alive: its pins die with it (the kernel unlocks a dead process's memory), and
+//! - the slot is alive: its resident chunks die with it (the kernel unlocks a dead process's memory), and
 //!   the table says so at once, with no help from the slot ([`OwnerLock`]).
 //!
 //! Otherwise the shim checks the CRC32C as for any other chunk.
 //!
-//! A read of a pinned chunk is noted in its entry ([`PinTable::note_read`]: one atomic add to a
+//! A read of a resident chunk is noted in its entry ([`ResidentTable::note_read`]: one atomic add to a
 //! word of its own), not reported to the slot in a request: the slot takes the counts now and then
-//! ([`PinTable::take_reads`]) and counts them for its eviction as the reads they were. A warm
-//! epoch read from pins thus costs the slots no request, no wake-up and no CPU at all.
+//! ([`ResidentTable::take_reads`]) and counts them for its eviction as the reads they were. A warm
+//! epoch read from resident chunks thus costs the slots no request, no wake-up and no CPU at all.
 //!
-//! One file per slot (`<run dir>/pins-<slot>.table`, 0600), mapped shared; the slot is its only
+//! One file per slot (`<run dir>/resident chunks-<slot>.table`, 0600), mapped shared; the slot is its only
 //! writer but for the read counts, which readers add to. Entries are seqlocked as in `meta_table`
 //! (`crate::seq_table`); the read count is outside what the sequence number guards.
 //!
@@ -45,7 +45,7 @@
 //!   +4        the file's size in bytes
 //!   +5        its mtime, ns since the Unix epoch
 //!   +6        its ctime, ns since the Unix epoch
-//!   +7        reads: how many reads of the pin readers noted since the slot last took them
+//!   +7        reads: how many reads of the resident entry readers noted since the slot last took them
 //! ```
 
 use std::io;
@@ -56,7 +56,7 @@ use std::sync::Arc;
 use crate::seq_table::{BadHeader, SeqTable, Shape};
 use crate::shared_file::SharedWords;
 
-/// Word 0 of every pin table.
+/// Word 0 of every resident table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAPINTB1");
 /// The layout this code reads and writes.
 pub const VERSION: u64 = 1;
@@ -95,11 +95,11 @@ static SHAPE: Shape = Shape {
     probes: PROBES,
 };
 
-impl From<BadHeader> for PinTableError {
+impl From<BadHeader> for ResidentTableError {
     fn from(bad: BadHeader) -> Self {
         match bad {
-            BadHeader::NotATable => PinTableError::NotATable,
-            BadHeader::BadCapacity(c) => PinTableError::BadCapacity(c),
+            BadHeader::NotATable => ResidentTableError::NotATable,
+            BadHeader::BadCapacity(c) => ResidentTableError::BadCapacity(c),
         }
     }
 }
@@ -125,40 +125,40 @@ impl Stamp {
     }
 }
 
-/// A pin as a reader found it: the file it vouches for, and where and at what sequence number the
-/// entry was, to tell afterwards whether it held throughout ([`PinTable::held`]).
+/// A resident entry as a reader found it: the file it vouches for, and where and at what sequence number the
+/// entry was, to tell afterwards whether it held throughout ([`ResidentTable::held`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Pin {
+pub struct ResidentEntry {
     pub stamp: Stamp,
     place: usize,
     seq: u64,
 }
 
-/// Why words cannot be used as a pin table.
+/// Why words cannot be used as a resident table.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PinTableError {
-    #[error("not a pin table (bad magic or layout version)")]
+pub enum ResidentTableError {
+    #[error("not a resident table (bad magic or layout version)")]
     NotATable,
-    #[error("the pin table's capacity {0} is not a power of two that fits its file")]
+    #[error("the resident table's capacity {0} is not a power of two that fits its file")]
     BadCapacity(u64),
 }
 
-/// A pin table over mapped words (see the module docs). Reading is safe from any number of threads
-/// and processes; [`PinTable::pin`] and [`PinTable::unpin`] need a single writer at a time.
-pub struct PinTable<'a> {
+/// A resident table over mapped words (see the module docs). Reading is safe from any number of threads
+/// and processes; [`ResidentTable::resident entry`] and [`ResidentTable::release`] need a single writer at a time.
+pub struct ResidentTable<'a> {
     table: SeqTable<'a>,
 }
 
-impl<'a> PinTable<'a> {
+impl<'a> ResidentTable<'a> {
     /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
-    /// to a power of two. The owner lock is left for [`PinFile::create`] to set up.
-    pub fn init(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        Ok(PinTable { table: SeqTable::init(words, &SHAPE, |_| {})? })
+    /// to a power of two. The owner lock is left for [`ResidentFile::create`] to set up.
+    pub fn init(words: &'a [AtomicU64]) -> Result<ResidentTable<'a>, ResidentTableError> {
+        Ok(ResidentTable { table: SeqTable::init(words, &SHAPE, |_| {})? })
     }
 
     /// Opens the table in `words`, checking its header.
-    pub fn open(words: &'a [AtomicU64]) -> Result<PinTable<'a>, PinTableError> {
-        Ok(PinTable { table: SeqTable::open(words, &SHAPE)? })
+    pub fn open(words: &'a [AtomicU64]) -> Result<ResidentTable<'a>, ResidentTableError> {
+        Ok(ResidentTable { table: SeqTable::open(words, &SHAPE)? })
     }
 
     pub fn capacity(&self) -> usize {
@@ -184,8 +184,8 @@ impl<'a> PinTable<'a> {
         self.table.superseded()
     }
 
-    /// The pin of chunk `id`, if its slot holds one (alive or not: see [`PinTable::held`]).
-    pub fn lookup(&self, id: u128) -> Option<Pin> {
+    /// The resident entry of chunk `id`, if its slot holds one (alive or not: see [`ResidentTable::held`]).
+    pub fn lookup(&self, id: u128) -> Option<ResidentEntry> {
         let read = |e: &[AtomicU64]| Stamp {
             ino: e[INO].load(Ordering::Relaxed),
             size: e[SIZE].load(Ordering::Relaxed),
@@ -193,27 +193,27 @@ impl<'a> PinTable<'a> {
             ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
         };
         let found = self.table.find(id, read, Some)?;
-        Some(Pin { stamp: found.fields, place: found.place, seq: found.seq })
+        Some(ResidentEntry { stamp: found.fields, place: found.place, seq: found.seq })
     }
 
-    /// Whether `pin` still holds: its entry unchanged since it was found, and its slot alive. A
-    /// read made between finding a pin and this answer being true read pages that were locked in
+    /// Whether `resident entry` still holds: its entry unchanged since it was found, and its slot alive. A
+    /// read made between finding a resident entry and this answer being true read pages that were locked in
     /// memory all along.
-    pub fn held(&self, pin: &Pin) -> bool {
-        self.table.unchanged(pin.place, pin.seq) && self.owner_alive()
+    pub fn held(&self, entry: &ResidentEntry) -> bool {
+        self.table.unchanged(entry.place, entry.seq) && self.owner_alive()
     }
 
-    /// Every chunk pinned now and its file's stamp (a scan of the whole table: for tests and tools).
-    pub fn pinned(&self) -> Vec<(u128, Stamp)> {
+    /// Every chunk resident now and its file's stamp (a scan of the whole table: for tests and tools).
+    pub fn entries(&self) -> Vec<(u128, Stamp)> {
         let ids: Vec<u128> =
             (0..self.capacity()).map(|place| self.table.key_at(place)).filter(|&id| id != 0).collect();
-        ids.into_iter().filter_map(|id| self.lookup(id).map(|pin| (id, pin.stamp))).collect()
+        ids.into_iter().filter_map(|id| self.lookup(id).map(|entry| (id, entry.stamp))).collect()
     }
 
-    /// Notes chunk `id` as pinned, its file as `stamp` says, with no reads noted yet; returns the
-    /// place it took (for [`PinTable::take_reads`]), `None` when every place it may take is
-    /// another's (it is not pinned). Single writer.
-    pub fn pin(&self, id: u128, stamp: Stamp) -> Option<usize> {
+    /// Notes chunk `id` as resident, its file as `stamp` says, with no reads noted yet; returns the
+    /// place it took (for [`ResidentTable::take_reads`]), `None` when every place it may take is
+    /// another's (it is not resident). Single writer.
+    pub fn insert(&self, id: u128, stamp: Stamp) -> Option<usize> {
         let (place, _) = self.table.claim(id, None)?;
         self.table.write(place, id, |e| {
             e[INO].store(stamp.ino, Ordering::Relaxed);
@@ -225,15 +225,15 @@ impl<'a> PinTable<'a> {
         Some(place)
     }
 
-    /// Notes a read of `pin` (one that held all through: [`PinTable::held`]) for its slot to count.
-    /// Needs the table mapped writable, as [`PinFile::open`] maps it. A read noted just as the slot
-    /// replaced the entry counts for the chunk pinned there next: one read more or less for the
+    /// Notes a read of `resident entry` (one that held all through: [`ResidentTable::held`]) for its slot to count.
+    /// Needs the table mapped writable, as [`ResidentFile::open`] maps it. A read noted just as the slot
+    /// replaced the entry counts for the chunk resident there next: one read more or less for the
     /// eviction policy, nothing that decides what a reader gets.
-    pub fn note_read(&self, pin: &Pin) {
-        self.table.entry(pin.place)[READS].fetch_add(1, Ordering::Relaxed);
+    pub fn note_read(&self, entry: &ResidentEntry) {
+        self.table.entry(entry.place)[READS].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The reads noted of the pin of chunk `id` at `place` (where [`PinTable::pin`] put it) since
+    /// The reads noted of the resident entry of chunk `id` at `place` (where [`ResidentTable::resident entry`] put it) since
     /// they were last taken, now taken (0 if that place holds another chunk). The slot's only.
     pub fn take_reads(&self, place: usize, id: u128) -> u64 {
         let entry = self.table.entry(place);
@@ -243,39 +243,39 @@ impl<'a> PinTable<'a> {
         entry[READS].swap(0, Ordering::Relaxed)
     }
 
-    /// Withdraws the pin of chunk `id`: from now on no reader skips its check. Call it before the
+    /// Withdraws the resident entry of chunk `id`: from now on no reader skips its check. Call it before the
     /// pages are unlocked. Single writer.
-    pub fn unpin(&self, id: u128) -> bool {
+    pub fn withdraw(&self, id: u128) -> bool {
         self.table.withdraw(id)
     }
 }
 
-/// A pin table in its file (`crate::shared_file`).
-pub struct PinFile {
+/// A resident table in its file (`crate::shared_file`).
+pub struct ResidentFile {
     words: Arc<SharedWords>,
 }
 
-impl PinFile {
+impl ResidentFile {
     /// A new, empty table of `capacity` entries (rounded down to a power of two) at `path`, 0600,
-    /// replacing any older one, with its owner lock set up (not held: [`PinFile::hold_owner_lock`]).
-    pub fn create(path: &Path, capacity: usize) -> io::Result<PinFile> {
+    /// replacing any older one, with its owner lock set up (not held: [`ResidentFile::hold_owner_lock`]).
+    pub fn create(path: &Path, capacity: usize) -> io::Result<ResidentFile> {
         let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {
-            PinTable::init(w).map_err(io::Error::other)?;
+            ResidentTable::init(w).map_err(io::Error::other)?;
             owner_lock::init(&w[OWNER..OWNER + OWNER_WORDS])
         })?;
-        Ok(PinFile { words: Arc::new(words) })
+        Ok(ResidentFile { words: Arc::new(words) })
     }
 
-    /// The table at `path`, mapped writable: for a reader to find pins and note its reads of them
-    /// (the one word of an entry a reader writes: [`PinTable::note_read`]), for a slot to mark an
+    /// The table at `path`, mapped writable: for a reader to find resident chunks and note its reads of them
+    /// (the one word of an entry a reader writes: [`ResidentTable::note_read`]), for a slot to mark an
     /// older table superseded; an error if it is not one.
-    pub fn open(path: &Path) -> io::Result<PinFile> {
-        let words = SharedWords::open(path, true, |w| PinTable::open(w).is_ok())?;
-        Ok(PinFile { words: Arc::new(words) })
+    pub fn open(path: &Path) -> io::Result<ResidentFile> {
+        let words = SharedWords::open(path, true, |w| ResidentTable::open(w).is_ok())?;
+        Ok(ResidentFile { words: Arc::new(words) })
     }
 
-    pub fn table(&self) -> PinTable<'_> {
-        PinTable::open(self.words.words()).expect("checked when mapped")
+    pub fn table(&self) -> ResidentTable<'_> {
+        ResidentTable::open(self.words.words()).expect("checked when mapped")
     }
 
     pub fn is_current(&self, path: &Path) -> bool {
@@ -283,7 +283,7 @@ impl PinFile {
     }
 
     /// Takes the owner lock of a table this process created, on a thread of its own that holds it
-    /// until the lock is dropped (the table's pins then die, as they do when the process exits).
+    /// until the lock is dropped (the table's resident chunks then die, as they do when the process exits).
     pub fn hold_owner_lock(&self) -> io::Result<OwnerLock> {
         owner_lock::hold(Arc::clone(&self.words), OWNER)
     }
@@ -342,7 +342,7 @@ mod owner_lock {
     pub fn hold(words: Arc<SharedWords>, at: usize) -> io::Result<OwnerLock> {
         let (locked_tx, locked_rx) = mpsc::channel();
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        std::thread::Builder::new().name("memarts-pin-owner".into()).spawn(move || {
+        std::thread::Builder::new().name("memarts-entry-owner".into()).spawn(move || {
             let mutex = words.words()[at..].as_ptr() as *mut libc::pthread_mutex_t;
             // SAFETY: the mutex was set up by `init` in this mapping, which `words` keeps alive for
             // as long as this thread runs; glibc's robust-mutex code is its only user.
@@ -359,7 +359,7 @@ mod owner_lock {
                 let _ = stop_rx.recv();
             }
         })?;
-        let rc = locked_rx.recv().map_err(|_| io::Error::other("the pin owner thread died"))?;
+        let rc = locked_rx.recv().map_err(|_| io::Error::other("the entry owner thread died"))?;
         errno(rc)?;
         Ok(OwnerLock { _stop: stop_tx })
     }
@@ -376,14 +376,14 @@ mod owner_lock {
     pub struct OwnerLock;
 
     pub fn init(_: &[AtomicU64]) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, "pinned chunks need glibc's robust mutexes"))
+        Err(io::Error::new(io::ErrorKind::Unsupported, "resident chunks need glibc's robust mutexes"))
     }
 
     pub fn hold(_: Arc<SharedWords>, _: usize) -> io::Result<OwnerLock> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, "pinned chunks need glibc's robust mutexes"))
+        Err(io::Error::new(io::ErrorKind::Unsupported, "resident chunks need glibc's robust mutexes"))
     }
 }
 
 #[cfg(test)]
-#[path = "pin_table_tests.rs"]
+#[path = "resident_table_tests.rs"]
 mod tests;

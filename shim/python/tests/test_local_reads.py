@@ -1,4 +1,4 @@
-"""Direct reads from Python: a warm object is read straight from its chunk files (no request to a
+"""Local reads from Python: a warm object is read straight from its chunk files (no request to a
 proxy), byte-exact, and the reads are reported to the slots, also by a process that ends and by
 DataLoader workers, which end without running atexit handlers (the extension's multiprocessing
 finalizer reports them); nothing in ``memarts.file`` asks for it."""
@@ -30,7 +30,7 @@ def _chunks(data):
     return sum(-(-len(body) // CHUNK) for body in data.values())
 
 
-def test_warm_reads_are_direct_byte_exact_and_counted_by_the_slots(s3, bucket, fleet):
+def test_warm_reads_are_local_byte_exact_and_counted_by_the_slots(s3, bucket, fleet):
     data = _objects(s3, bucket, 6)
     for url, body in data.items():
         assert mox_file.read(url, binary=True) == body
@@ -40,15 +40,15 @@ def test_warm_reads_are_direct_byte_exact_and_counted_by_the_slots(s3, bucket, f
         for url, body in data.items():
             assert mox_file.read(url, binary=True) == body
     after = memarts.stats()
-    assert after["direct_hits"] - before["direct_hits"] == 3 * _chunks(data), after
-    assert after["direct_corrupt"] == before["direct_corrupt"]
+    assert after["local_hits"] - before["local_hits"] == 3 * _chunks(data), after
+    assert after["local_corrupt"] == before["local_corrupt"]
     assert fleet.gets(bucket) == gets, "a warm read reached the origin"
     # stats() reported them first: the slots counted every one as a hit.
     assert after["hits"] - before["hits"] == 3 * _chunks(data), (before, after)
 
 
 @pytest.mark.proxy_only
-def test_dataloader_workers_report_their_direct_reads_when_they_end(s3, bucket, fleet):
+def test_dataloader_workers_report_their_local_reads_when_they_end(s3, bucket, fleet):
     data = _objects(s3, bucket, 16, size=lambda i: CHUNK + 100 * i)
     urls = sorted(data)
     for url in urls:
@@ -61,12 +61,12 @@ def test_dataloader_workers_report_their_direct_reads_when_they_end(s3, bucket, 
     assert seen == data
     after = memarts.stats()
     # Read by the workers, not by this process, and reported by them as they ended.
-    assert after["direct_hits"] == before["direct_hits"]
+    assert after["local_hits"] == before["local_hits"]
     assert after["hits"] - before["hits"] == _chunks(data), (before, after)
 
 
 @pytest.mark.proxy_only
-def test_a_process_that_ends_has_its_direct_reads_counted(s3, bucket, fleet):
+def test_a_process_that_ends_has_its_local_reads_counted(s3, bucket, fleet):
     data = _objects(s3, bucket, 6)
     for url, body in data.items():
         assert mox_file.read(url, binary=True) == body
@@ -76,5 +76,5 @@ def test_a_process_that_ends_has_its_direct_reads_counted(s3, bucket, fleet):
     subprocess.run([sys.executable, "-c", script, *data], check=True)
     after = memarts.stats()
     # Read by the child, not by this process, and reported as it ended.
-    assert after["direct_hits"] == before["direct_hits"]
+    assert after["local_hits"] == before["local_hits"]
     assert after["hits"] - before["hits"] == _chunks(data), (before, after)

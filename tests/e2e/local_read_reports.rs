@@ -1,5 +1,5 @@
-//! The reports of direct reads (`Request::Touched`, `shim/src/touch.rs`): a reader never waits for a
-//! slot's answer, so a slot that stops answering does not hold direct reads up, and once it answers
+//! The reports of local reads (`Request::Touched`, `shim/src/touch.rs`): a reader never waits for a
+//! slot's answer, so a slot that stops answering does not hold local reads up, and once it answers
 //! again (or the fleet started again) the reads it is told of are counted.
 
 use std::sync::atomic::Ordering;
@@ -29,9 +29,9 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     for (url, data) in &objects {
         moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
     }
-    // Without pins: reads of pinned chunks are not reported (their slots count them from the pin
+    // Without resident chunks: reads of resident chunks are not reported (their slots count them from the resident
     // tables), and this is a test of the reports.
-    let fleet = Fleet::start(2, &[("MEMARTS_PIN_MEMORY", "0")]);
+    let fleet = Fleet::start(2, &[("MEMARTS_RESIDENT_MEMORY", "0")]);
     fleet.wait_index_ready();
     let client = fleet.client(MIB);
     for (url, data) in &objects {
@@ -43,7 +43,7 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
         client.read(url).unwrap();
     }
     client.send_read_reports();
-    let hits_before = client.direct_counters().unwrap().hits.load(Ordering::Relaxed);
+    let hits_before = client.local_counters().unwrap().hits.load(Ordering::Relaxed);
 
     // Slot 1 stops answering. The reads go on, and report to it every 256 reads or so: 20 reports,
     // more than a slot may leave unanswered. A reader that waited for each answer (up to the 1 s
@@ -58,11 +58,11 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
         }
     }
     let took = started.elapsed();
-    let hits = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - hits_before;
+    let hits = client.local_counters().unwrap().hits.load(Ordering::Relaxed) - hits_before;
     assert_eq!(hits, rounds * objects.len() as u64, "every read served directly while slot 1 was stopped");
     assert!(
         took < Duration::from_secs(10),
-        "{} direct reads took {took:?} with a slot stopped: the reader waited for its answers",
+        "{} local reads took {took:?} with a slot stopped: the reader waited for its answers",
         hits
     );
 
@@ -86,26 +86,26 @@ fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_onc
     }
     client.send_read_reports();
     let (counted, direct_before) =
-        (fleet.total("hits"), client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
+        (fleet.total("hits"), client.local_counters().unwrap().hits.load(Ordering::Relaxed));
     for (url, _) in &objects {
         client.read(url).unwrap();
     }
     client.send_read_reports();
-    let direct = client.direct_counters().unwrap().hits.load(Ordering::Relaxed) - direct_before;
+    let direct = client.local_counters().unwrap().hits.load(Ordering::Relaxed) - direct_before;
     assert_eq!(direct, objects.len() as u64, "read directly after the restart");
     assert_eq!(fleet.total("hits") - counted, direct, "the restarted slots counted every read reported");
 }
 
 /// Set (to the fleet's run dir) in the child process of
-/// [`a_process_that_ends_reports_its_direct_reads_unasked`], with the URLs it reads.
+/// [`a_process_that_ends_reports_its_local_reads_unasked`], with the URLs it reads.
 const EXIT_CHILD_RUN_DIR: &str = "MEMARTS_TEST_EXIT_CHILD_RUN_DIR";
 const EXIT_CHILD_URLS: &str = "MEMARTS_TEST_EXIT_CHILD_URLS";
 
-/// A process that ends with its client still held (`exit`, no drop) has its direct reads counted
+/// A process that ends with its client still held (`exit`, no drop) has its local reads counted
 /// by the slots all the same (the shim's exit hook sends them), and so has `memarts cat` (whose
 /// read-ahead workers may still hold its client when it exits): nobody asks for the reports.
 #[test]
-fn a_process_that_ends_reports_its_direct_reads_unasked() {
+fn a_process_that_ends_reports_its_local_reads_unasked() {
     if let Ok(run_dir) = std::env::var(EXIT_CHILD_RUN_DIR) {
         read_and_exit(&run_dir);
     }
@@ -115,8 +115,8 @@ fn a_process_that_ends_reports_its_direct_reads_unasked() {
     for (url, data) in &objects {
         moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
     }
-    // Without pins: reads of pinned chunks are counted from the pin tables, not reported.
-    let fleet = Fleet::start(2, &[("MEMARTS_PIN_MEMORY", "0")]);
+    // Without resident chunks: reads of resident chunks are counted from the resident tables, not reported.
+    let fleet = Fleet::start(2, &[("MEMARTS_RESIDENT_MEMORY", "0")]);
     fleet.wait_index_ready();
     let client = fleet.client(MIB);
     for (url, data) in &objects {
@@ -128,7 +128,7 @@ fn a_process_that_ends_reports_its_direct_reads_unasked() {
     let hits = fleet.total("hits");
     let urls: Vec<&str> = objects.iter().map(|(u, _)| u.as_str()).collect();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "direct_reports::a_process_that_ends_reports_its_direct_reads_unasked"])
+        .args(["--exact", "direct_reports::a_process_that_ends_reports_its_local_reads_unasked"])
         .args(["--nocapture", "--test-threads=1"])
         .env(EXIT_CHILD_RUN_DIR, &fleet.run_dir)
         .env(EXIT_CHILD_URLS, urls.join(" "))
@@ -138,7 +138,7 @@ fn a_process_that_ends_reports_its_direct_reads_unasked() {
     assert!(out.status.success(), "the child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
     // After the harness's "test <name> ... " on the same line.
     let direct: u64 = stdout
-        .split("direct hits: ")
+        .split("local hits: ")
         .nth(1)
         .and_then(|rest| rest.lines().next())
         .unwrap_or_else(|| panic!("no count from the child: {stdout}"))
@@ -155,7 +155,7 @@ fn a_process_that_ends_reports_its_direct_reads_unasked() {
     assert_eq!(fleet.total("hits") - hits, objects.len() as u64, "the slots counted memarts cat's reads");
 }
 
-/// The child of [`a_process_that_ends_reports_its_direct_reads_unasked`]: reads the objects, says
+/// The child of [`a_process_that_ends_reports_its_local_reads_unasked`]: reads the objects, says
 /// how many chunks it read directly, and exits with its client still held.
 fn read_and_exit(run_dir: &str) -> ! {
     let cfg = memarts_shim::ShimConfig { run_dir: run_dir.into(), chunk_size: MIB, ..Default::default() };
@@ -163,7 +163,7 @@ fn read_and_exit(run_dir: &str) -> ! {
     for url in std::env::var(EXIT_CHILD_URLS).unwrap().split(' ') {
         client.read(url).unwrap();
     }
-    println!("direct hits: {}", client.direct_counters().unwrap().hits.load(Ordering::Relaxed));
+    println!("local hits: {}", client.local_counters().unwrap().hits.load(Ordering::Relaxed));
     std::mem::forget(client);
     std::process::exit(0);
 }

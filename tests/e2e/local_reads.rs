@@ -1,4 +1,4 @@
-//! Direct hits (issue 17): a client of the fleet's own uid reads warm objects straight from the
+//! Local hits (issue 17): a client of the fleet's own uid reads warm objects straight from the
 //! chunk files, with no request to a proxy, and every promise of the proxy path still holds: every
 //! byte checked (a corrupted file is never served: it is refetched, counted), one read never mixes
 //! two versions, eviction racing readers never yields a wrong byte, another uid reads through the
@@ -17,8 +17,8 @@ use crate::common::{moto, pattern, text, Fleet};
 
 const MIB: usize = 1 << 20;
 
-fn direct(client: &Client) -> (u64, u64, u64) {
-    let d = client.direct_counters().expect("direct reads are on for the fleet's own uid");
+fn local_counts(client: &Client) -> (u64, u64, u64) {
+    let d = client.local_counters().expect("local reads are on for the fleet's own uid");
     (d.hits.load(Ordering::Relaxed), d.fallbacks.load(Ordering::Relaxed), d.corrupt.load(Ordering::Relaxed))
 }
 
@@ -81,7 +81,7 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
     }
     fleet.wait_cached(chunks);
     // The cold reads looked for chunks 1.. of the larger object on disk first, in vain.
-    let cold = direct(&client);
+    let cold = local_counts(&client);
     assert_eq!(cold.0, 0, "a cold read has nothing to read directly");
     let proxy_hits = fleet.total("hits");
     let requests = fleet.total("requests");
@@ -91,7 +91,7 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
             assert!(client.read(url).unwrap() == *data, "{url} warm, round {round}");
         }
     }
-    let (hits, fallbacks, corrupt) = direct(&client);
+    let (hits, fallbacks, corrupt) = local_counts(&client);
     assert_eq!((hits, fallbacks - cold.1, corrupt), (5 * chunks, 0, 0), "every warm chunk read directly");
     // The status calls themselves are requests: 3 per slot each (`memarts status`).
     let asked = fleet.total("requests") - requests - 3 * 2;
@@ -105,20 +105,20 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
         assert_eq!(client.download(url, &path, 4, u64::MAX).unwrap(), data.len() as u64);
         assert!(std::fs::read(&path).unwrap() == *data, "{url} copied");
     }
-    assert_eq!(direct(&client).0 - hits, chunks, "every chunk copied directly");
-    // At most a report of the direct reads to each slot.
+    assert_eq!(local_counts(&client).0 - hits, chunks, "every chunk copied directly");
+    // At most a report of the local reads to each slot.
     let asked = fleet.total("requests") - requests - 3 * 2;
     assert!(asked <= 2, "the copies made {asked} requests to the proxies");
-    let hits = direct(&client).0;
-    // Reported to the slots (at the latest when the client goes), or noted in their pin tables
-    // (reads of chunks pinned meanwhile): counted as the hits they were.
+    let hits = local_counts(&client).0;
+    // Reported to the slots (at the latest when the client goes), or noted in their resident tables
+    // (reads of chunks made resident meanwhile): counted as the hits they were.
     drop(client);
-    assert_eq!(fleet.total("hits") - proxy_hits, hits, "the slots counted the direct hits");
+    assert_eq!(fleet.total("hits") - proxy_hits, hits, "the slots counted the local hits");
 
     // Off by the setting: every read asks a proxy again.
     let off =
-        Client::new(ShimConfig { direct_reads: false, ..fleet.client(MIB as u64).config().clone() }).unwrap();
-    assert!(off.direct_counters().is_none());
+        Client::new(ShimConfig { local_reads: false, ..fleet.client(MIB as u64).config().clone() }).unwrap();
+    assert!(off.local_counters().is_none());
     let requests = fleet.total("requests");
     for (url, data) in &objects {
         assert!(off.read(url).unwrap() == *data);
@@ -132,18 +132,18 @@ fn a_corrupted_chunk_file_is_never_served_it_is_refetched_and_counted() {
     flip_a_data_byte(&chunk_file(&fleet, &client, &url, 1));
     let gets = moto().gets_settled(&bucket);
     assert!(client.read(&url).unwrap() == data, "the damaged byte was served");
-    let (hits, _, corrupt) = direct(&client);
+    let (hits, _, corrupt) = local_counts(&client);
     assert_eq!((hits, corrupt), (2, 1), "chunks 0 and 2 read directly, chunk 1 refused");
     assert_eq!(moto().gets_settled(&bucket), gets + 1, "the damaged chunk was fetched again, once");
     assert_eq!(fleet.total("corrupt_chunks"), 1, "and counted by its slot");
     // Its file was replaced by the refetch: the next read is direct again.
     assert!(client.read(&url).unwrap() == data);
-    assert_eq!(direct(&client).0, 5);
+    assert_eq!(local_counts(&client).0, 5);
     // A file cut short, and one holding another chunk's bytes, are refused the same way.
     cut_short(&chunk_file(&fleet, &client, &url, 0));
     std::fs::copy(chunk_file(&fleet, &client, &url, 2), chunk_file(&fleet, &client, &url, 1)).unwrap();
     assert!(client.read(&url).unwrap() == data);
-    assert_eq!(direct(&client).2, 3);
+    assert_eq!(local_counts(&client).2, 3);
 }
 
 /// The lines of an strace output (`-f -yy`) that are calls named in `names`.
@@ -243,9 +243,9 @@ fn an_object_replaced_at_the_origin_is_never_mixed() {
     assert!(got == v2, "after the object changed: {}", if got == v1 { "v1" } else { "a mix" });
     // From then on the slot published v2: read directly once cached.
     fleet.wait_cached(5);
-    let hits = direct(&client).0;
+    let hits = local_counts(&client).0;
     assert!(client.read(&url).unwrap() == v2);
-    assert_eq!(direct(&client).0, hits + 3);
+    assert_eq!(local_counts(&client).0, hits + 3);
 }
 
 /// Readers reading directly while the cache, far smaller than the data, evicts all the time: every
@@ -273,7 +273,7 @@ fn eviction_racing_direct_readers_never_yields_a_wrong_byte() {
             s.spawn(move || {
                 let mut i = t * 7;
                 while Instant::now() < stop {
-                    // Mostly a hot few (direct hits), sometimes a cold one (an eviction).
+                    // Mostly a hot few (local hits), sometimes a cold one (an eviction).
                     let pick = if i % 3 == 0 { i % objects.len() } else { i % 5 };
                     let (url, data) = &objects[pick];
                     if client.read(url).unwrap() != *data {
@@ -286,8 +286,8 @@ fn eviction_racing_direct_readers_never_yields_a_wrong_byte() {
         }
     });
     assert_eq!(wrong.load(Ordering::Relaxed), 0, "wrong bytes in {} reads", reads.load(Ordering::Relaxed));
-    let direct_hits: u64 = clients.iter().map(|c| direct(c).0).sum();
-    assert!(direct_hits > 0, "no direct hit in {} reads", reads.load(Ordering::Relaxed));
+    let local_hits: u64 = clients.iter().map(|c| local_counts(c).0).sum();
+    assert!(local_hits > 0, "no local hit in {} reads", reads.load(Ordering::Relaxed));
     assert!(fleet.total("evicted_chunks") > 0, "nothing was evicted: the race did not happen");
 }
 
@@ -318,9 +318,9 @@ fn direct_reads_keep_what_is_read_and_what_is_not_goes() {
     read_all(&client, &b);
     fleet.wait_cached(60);
     // A again, directly: reported when the client goes, A is then more recent than B.
-    let hits = direct(&client).0;
+    let hits = local_counts(&client).0;
     read_all(&client, &a);
-    assert_eq!(direct(&client).0, hits + 30, "A read directly");
+    assert_eq!(local_counts(&client).0, hits + 30, "A read directly");
     drop(client);
     // C pushes out the 27 least recently read chunks: B's, not A's.
     let client = fleet.client(MIB as u64);
@@ -335,7 +335,7 @@ fn direct_reads_keep_what_is_read_and_what_is_not_goes() {
 }
 
 /// A client of another allowed uid cannot read the table or the chunk files (0600 in 0700 dirs), so
-/// it has no direct reads: it reads through the proxy, as before, and gets the same bytes.
+/// it has no local reads: it reads through the proxy, as before, and gets the same bytes.
 #[test]
 fn another_allowed_uid_reads_through_the_proxy_and_cannot_read_the_files() {
     use std::os::unix::fs::PermissionsExt;
@@ -353,7 +353,7 @@ fn another_allowed_uid_reads_through_the_proxy_and_cannot_read_the_files() {
     assert!(client.read(&url).unwrap() == data);
     fleet.wait_cached(3);
     assert!(client.read(&url).unwrap() == data);
-    assert_eq!(direct(&client).0, 3, "the fleet's own uid reads directly");
+    assert_eq!(local_counts(&client).0, 3, "the fleet's own uid reads directly");
     let bin = binaries_for_everyone(base.path());
     let hits = fleet.total("hits");
     let out = as_other_user(&bin.join("memarts"))

@@ -1,4 +1,4 @@
-//! Direct hits: a shim of the fleet's uid reads a warm object straight from its chunk files, with no
+//! Local hits: a shim of the fleet's uid reads a warm object straight from its chunk files, with no
 //! round trip to a proxy. The slot's part is to publish what the shim needs to name those files (its
 //! metadata, in the table `meta_cache.rs` writes: see `memarts_disk::meta_table`) and to hear, in
 //! batches, which chunks were read that way (`Request::Touched`), so that its counters and its
@@ -14,30 +14,32 @@ use memarts_protocol::Touch;
 use super::{Engine, ReadBy};
 
 impl Engine {
-    /// Publishes the slot's metadata in a table at `path` from now on, for direct hits.
+    /// Publishes the slot's metadata in a table at `path` from now on, for local hits.
     pub fn publish_metadata(&self, path: std::path::PathBuf) -> std::io::Result<()> {
         self.meta.publish_at(path)
     }
 
-    /// Pins chunks read directly from now on, at most `budget` bytes of them, publishing them in a
-    /// table at `path` (`pins.rs`), and counts the reads noted there every `PINNED_READS_EVERY`
+    /// Makes resident the chunks read locally from now on, at most `budget` bytes of them, publishing them in a
+    /// table at `path` (`resident.rs`), and counts the reads noted there every `PINNED_READS_EVERY`
     /// on the caller's runtime. Once per engine.
-    pub fn publish_pins(self: &Arc<Self>, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
-        let pins = super::pins::Pins::create(path, budget)?;
-        self.pins.set(Arc::new(pins)).map_err(|_| std::io::Error::other("pins are set up already"))?;
-        spawn_counting_pinned_reads(self);
+    pub fn publish_residents(self: &Arc<Self>, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
+        let resident = super::resident::ResidentChunks::create(path, budget)?;
+        self.resident
+            .set(Arc::new(resident))
+            .map_err(|_| std::io::Error::other("resident chunks are set up already"))?;
+        spawn_counting_resident_reads(self);
         Ok(())
     }
 
-    /// Bytes pinned now and the slot's pin budget (0 and 0 without pins).
-    pub fn pin_usage(&self) -> (u64, u64) {
-        self.pins.get().map_or((0, 0), |p| p.usage())
+    /// Bytes resident now and the slot's resident entry budget (0 and 0 without resident chunks).
+    pub fn resident_usage(&self) -> (u64, u64) {
+        self.resident.get().map_or((0, 0), |p| p.usage())
     }
 
-    /// Lets go of chunk `id`'s pin, if it has one (it is being evicted or dropped).
-    pub(super) fn release_pin(&self, id: u128) {
-        if let Some(pins) = self.pins.get() {
-            pins.release(id);
+    /// Lets go of chunk `id`'s resident entry, if it has one (it is being evicted or dropped).
+    pub(super) fn release_resident(&self, id: u128) {
+        if let Some(resident) = self.resident.get() {
+            resident.release(id);
         }
     }
 
@@ -46,12 +48,12 @@ impl Engine {
     /// while the reader had its file open, or not indexed yet after a start) is not counted: its
     /// file is gone or will be found by the rebuild. Returns how many were counted.
     ///
-    /// Pins (`pins.rs`) are for chunks read again: a chunk is queued for one when this read is not
+    /// Resident chunks (`resident.rs`) are for chunks read again: a chunk is queued for one when this read is not
     /// the first the slot's read clock has on record (`recency.rs`; served by the slot or read
     /// directly). The first epoch after a restart, which reads the dataset from the disk, then
-    /// does not also pay for pinning it (mapping, locking and checking each chunk again while the
-    /// readers wait on the disk: 10-15% of that epoch on 2 cores, issue 29); the next epoch pins
-    /// what it reads, and the one after reads from pins. Without a read clock (`lru`), every read
+    /// does not also pay for making resident it (mapping, locking and checking each chunk again while the
+    /// readers wait on the disk: 10-15% of that epoch on 2 cores, issue 29); the next epoch resident chunks
+    /// what it reads, and the one after reads from resident chunks. Without a read clock (`lru`), every read
     /// chunk is queued, as before.
     pub fn touched(&self, touches: &[Touch]) -> u32 {
         let mut counted = 0;
@@ -65,21 +67,21 @@ impl Engine {
                 counted += 1;
             }
         }
-        if let Some(pins) = self.pins.get().filter(|p| p.read(&read)) {
+        if let Some(resident) = self.resident.get().filter(|p| p.read(&read)) {
             let store = Arc::clone(&self.store);
-            super::pins::spawn_pinning(pins, move |id| store.path_of(ChunkId(id)));
+            super::resident::spawn_making_resident(resident, move |id| store.path_of(ChunkId(id)));
         }
         counted
     }
 
-    /// Counts the reads shims noted in the pin table since the last call (reads of pinned chunks
-    /// are noted there, not reported: `memarts_disk::pin_table`), as [`Engine::touched`] counts
+    /// Counts the reads shims noted in the resident table since the last call (reads of resident chunks
+    /// are noted there, not reported: `memarts_disk::resident_table`), as [`Engine::touched`] counts
     /// reported ones: every `PINNED_READS_EVERY`, and before the counters are shown
     /// ([`Engine::status`]). Returns how many reads were counted.
-    pub fn count_pinned_reads(&self) -> u64 {
-        let Some(pins) = self.pins.get() else { return 0 };
+    pub fn count_resident_reads(&self) -> u64 {
+        let Some(resident) = self.resident.get() else { return 0 };
         let mut counted = 0;
-        for (id, reads, len) in pins.take_reads() {
+        for (id, reads, len) in resident.take_reads() {
             if self.count_direct(id, reads, len).is_some() {
                 counted += reads;
             }
@@ -87,7 +89,7 @@ impl Engine {
         counted
     }
 
-    /// `reads` direct reads of chunk `id` (`len` bytes of data), if the slot still holds it: marked
+    /// `reads` local reads of chunk `id` (`len` bytes of data), if the slot still holds it: marked
     /// recently used, counted for the admission policy (at most a few times: its counters saturate
     /// soon) and in the hit counters. `Some(returning)`: held, and whether a read of it before
     /// these was on record; `None`: not held.
@@ -102,22 +104,22 @@ impl Engine {
             self.count_read(id, ReadBy::Client);
         }
         self.stats.hits.fetch_add(reads, Ordering::Relaxed);
-        self.stats.direct_hits.fetch_add(reads, Ordering::Relaxed);
+        self.stats.local_hits.fetch_add(reads, Ordering::Relaxed);
         self.stats.bytes_from_cache.fetch_add(reads.saturating_mul(len), Ordering::Relaxed);
         Some(returning)
     }
 }
 
-/// Reads of one chunk noted in a pin table that count for the admission policy, at most (its
+/// Reads of one chunk noted in a resident table that count for the admission policy, at most (its
 /// frequency sketch saturates there).
 const COUNTED_READS: u64 = 15;
 
-/// How often a slot counts the reads noted in its pin table.
+/// How often a slot counts the reads noted in its resident table.
 pub const PINNED_READS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Counts the reads noted in `engine`'s pin table every [`PINNED_READS_EVERY`], for as long as the
+/// Counts the reads noted in `engine`'s resident table every [`PINNED_READS_EVERY`], for as long as the
 /// engine lives, on the runtime of the caller (none: not at all).
-fn spawn_counting_pinned_reads(engine: &Arc<Engine>) {
+fn spawn_counting_resident_reads(engine: &Arc<Engine>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     let engine = Arc::downgrade(engine);
     runtime.spawn(async move {
@@ -126,7 +128,7 @@ fn spawn_counting_pinned_reads(engine: &Arc<Engine>) {
         loop {
             tick.tick().await;
             let Some(engine) = engine.upgrade() else { return };
-            engine.count_pinned_reads();
+            engine.count_resident_reads();
         }
     });
 }

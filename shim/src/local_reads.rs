@@ -1,4 +1,4 @@
-//! Direct hits: a warm chunk read straight from its file, with no round trip to a proxy.
+//! Local hits: a warm chunk read straight from its file, with no round trip to a proxy.
 //!
 //! A chunk file's name is a pure function of (object, ETag, chunk size, index), so a client that
 //! knows an object's ETag can open its chunks itself. The ETag (with the size) comes from the
@@ -19,14 +19,14 @@
 //!
 //! The reads are reported to the owning slots in batches (`Request::Touched`, `touch.rs`: sent by
 //! this source itself, the rest when it goes or the process ends), so that what is read stays
-//! cached and what is not goes, as if the slots had served them; reads of pinned chunks are noted
-//! in the pin table instead, where the slot counts them (no request at all). This is the first of
+//! cached and what is not goes, as if the slots had served them; reads of resident chunks are noted
+//! in the resident table instead, where the slot counts them (no request at all). This is the first of
 //! a client's chunk sources (`sources.rs`).
 //!
-//! A chunk that goes straight to an output (`memarts cat`: `Direct::write_mapped_chunk`) is not
+//! A chunk that goes straight to an output (`memarts cat`: `LocalReads::write_mapped_chunk`) is not
 //! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
 //! are the pages written out, none can be dropped and read again from the disk in between),
-//! checked (not again if its slot held it pinned from before the file was opened until it was
+//! checked (not again if its slot held it resident from before the file was opened until it was
 //! locked here), and handed to the writer from the page cache. memarts never changes a chunk file
 //! in place (an eviction unlinks one, which a mapping outlives), and a file shorter than its header
 //! says is never mapped past its end. What this does not guard against, unlike a read into a
@@ -43,13 +43,13 @@ use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use memarts_disk::chunk_file::{chunks_dir, format, ChunkId};
-use memarts_disk::layout::{meta_table_path, pin_table_path};
+use memarts_disk::layout::{meta_table_path, resident_table_path};
 use memarts_disk::meta_table::{url_key, TableFile};
-use memarts_disk::pin_table::{Pin, PinFile, PinTable};
+use memarts_disk::resident_table::{ResidentEntry, ResidentFile, ResidentTable};
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 
 pub(crate) use crate::chunk_check::Found;
-use crate::chunk_check::{check, identity_of, map_checked, pin_of, pinned_throughout};
+use crate::chunk_check::{check, identity_of, map_checked, resident_of, resident_throughout};
 use crate::chunk_files::{ChunkFiles, Opened};
 use crate::conn::Dialer;
 use crate::fill::{pread_exact, Room};
@@ -65,9 +65,9 @@ pub(crate) struct ChunkName<'a> {
     pub index: u64,
 }
 
-/// What direct reads did in this process.
+/// What local reads did in this process.
 #[derive(Debug, Default)]
-pub struct DirectCounters {
+pub struct LocalCounters {
     /// Chunks served from their files with no request to a proxy.
     pub hits: AtomicU64,
     pub bytes: AtomicU64,
@@ -75,28 +75,28 @@ pub struct DirectCounters {
     pub fallbacks: AtomicU64,
     /// Chunk files that failed their checks: never served, refetched by their slot.
     pub corrupt: AtomicU64,
-    /// Of the hits, chunks their slot held pinned (locked in memory, checked when pinned) all
+    /// Of the hits, chunks their slot held resident (locked in memory, checked when resident) all
     /// through the read, whose CRC32C was therefore not computed again.
-    pub pinned: AtomicU64,
+    pub resident: AtomicU64,
 }
 
-/// The direct-read state of a client.
-pub(crate) struct Direct {
+/// The local-read state of a client.
+pub(crate) struct LocalReads {
     run_dir: PathBuf,
     /// The chunk files, opened only if they are the fleet's (`chunk_files.rs`).
     chunks: ChunkFiles,
     tables: Mutex<Vec<Option<Mapped<TableFile>>>>,
-    pins: Mutex<Vec<Option<Mapped<PinFile>>>>,
+    resident: Mutex<Vec<Option<Mapped<ResidentFile>>>>,
     /// The reads to report, sent in batches, the rest when this goes.
     pub(crate) reports: ReadReports,
-    pub counters: DirectCounters,
+    pub counters: LocalCounters,
 }
 
-impl Direct {
-    /// Direct reads of the fleet `dial` reaches, when it caches and this process may read its
+impl LocalReads {
+    /// Local reads of the fleet `dial` reaches, when it caches and this process may read its
     /// files: `None` for a fleet of another uid, one that caches nothing, one that trusts no
     /// metadata (a TTL of 0), or one whose `fleet.json` says too little (an older build).
-    pub fn new(dial: &Arc<Dialer>) -> Option<Direct> {
+    pub fn new(dial: &Arc<Dialer>) -> Option<LocalReads> {
         let (run_dir, owner): (&Path, u32) = (&dial.run_dir, dial.owner);
         if owner != nix::unistd::geteuid().as_raw() {
             return None;
@@ -105,13 +105,13 @@ impl Direct {
         if facts.passthrough || facts.meta_ttl_secs <= 0.0 {
             return None;
         }
-        Some(Direct {
+        Some(LocalReads {
             run_dir: run_dir.to_path_buf(),
             chunks: ChunkFiles::new(chunks_dir(facts.cache_dir.as_ref()?), owner),
             tables: Mutex::default(),
-            pins: Mutex::default(),
+            resident: Mutex::default(),
             reports: ReadReports::new(dial.clone()),
-            counters: DirectCounters::default(),
+            counters: LocalCounters::default(),
         })
     }
 
@@ -123,9 +123,9 @@ impl Direct {
         mapped(&self.tables, slot, || meta_table_path(&self.run_dir, slot))
     }
 
-    /// `slot`'s pin table, mapped as its metadata table is.
-    fn pins(&self, slot: u32) -> Option<Arc<PinFile>> {
-        mapped(&self.pins, slot, || pin_table_path(&self.run_dir, slot))
+    /// `slot`'s resident table, mapped as its metadata table is.
+    fn resident(&self, slot: u32) -> Option<Arc<ResidentFile>> {
+        mapped(&self.resident, slot, || resident_table_path(&self.run_dir, slot))
     }
 
     /// The version of `url` (as the slots spell it) that `slot` (the owner of its chunk 0) published,
@@ -161,18 +161,18 @@ impl Direct {
         dst: &mut Room,
     ) -> Found {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
-        let pins = self.pins(slot);
-        let pin = pin_of(pins.as_deref(), id);
+        let resident = self.resident(slot);
+        let entry = resident_of(resident.as_deref(), id);
         let found = match self.chunks.open(ChunkId(id)) {
-            Opened::File(file) => check(&file, &identity, dst, pin.as_ref()),
+            Opened::File(file) => check(&file, &identity, dst, entry.as_ref()),
             Opened::Absent => Found::Absent,
             // Not the fleet's: never read, dropped and served by the slot, as a file that failed
             // its checks is.
             Opened::Foreign => Found::Corrupt,
         };
-        self.count(found, slot, id, dst.len(), pin.as_ref());
+        self.count(found, slot, id, dst.len(), entry.as_ref());
         match found {
-            Found::Pinned => Found::Served,
+            Found::Resident => Found::Served,
             found => found,
         }
     }
@@ -182,16 +182,23 @@ impl Direct {
         self.counters.bytes.fetch_add(len as u64, Ordering::Relaxed);
     }
 
-    /// Counts what a direct read of chunk `id` found; a read served is noted for its slot: in the
-    /// entry of its `pin` when the pin served it (for the slot to count), else in the next report.
-    fn count(&self, found: Found, slot: u32, id: u128, len: usize, pin: Option<&(PinTable<'_>, Pin)>) {
-        match (found, pin) {
-            (Found::Pinned, Some((table, pin))) => {
-                table.note_read(pin);
-                self.counters.pinned.fetch_add(1, Ordering::Relaxed);
+    /// Counts what a local read of chunk `id` found; a read served is noted for its slot: in the
+    /// entry of its `resident entry` when the resident entry served it (for the slot to count), else in the next report.
+    fn count(
+        &self,
+        found: Found,
+        slot: u32,
+        id: u128,
+        len: usize,
+        entry: Option<&(ResidentTable<'_>, ResidentEntry)>,
+    ) {
+        match (found, entry) {
+            (Found::Resident, Some((table, entry))) => {
+                table.note_read(entry);
+                self.counters.resident.fetch_add(1, Ordering::Relaxed);
                 self.count_hit(len);
             }
-            (Found::Served | Found::Pinned, _) => {
+            (Found::Served | Found::Resident, _) => {
                 self.count_hit(len);
                 self.reports.note(slot, Touch { id, len: len as u64 });
             }
@@ -217,72 +224,72 @@ impl Direct {
         write: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> Option<io::Result<()>> {
         let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
-        let pins = self.pins(slot);
-        let pin = pin_of(pins.as_deref(), id);
+        let resident = self.resident(slot);
+        let entry = resident_of(resident.as_deref(), id);
         let file = self.chunks.open(ChunkId(id)).file()?;
-        let (map, found) = map_checked(&file, &identity, len, pin.as_ref())?;
+        let (map, found) = map_checked(&file, &identity, len, entry.as_ref())?;
         let data_offset = format::data_offset_for(identity.len()) as usize;
-        self.count(found, slot, id, len, pin.as_ref());
+        self.count(found, slot, id, len, entry.as_ref());
         Some(write(&map[data_offset..data_offset + len]))
     }
 
     /// Chunk `index` (of `len` bytes) of the version `etag` of `url`, opened for reads of any part
-    /// of it, if its slot holds it pinned: then a part can be read without the rest (whose CRC32C
+    /// of it, if its slot holds it resident: then a part can be read without the rest (whose CRC32C
     /// it would need otherwise). `None` otherwise (the caller reads the chunk whole, checked).
     ///
-    /// Its header is not read: the slot checked the header and the data of the file it pinned, and
-    /// each read is served only if the file read is that file, unchanged ([`PinnedChunk::read`]).
-    pub fn open_pinned(&self, chunk: ChunkName<'_>, slot: u32, len: usize) -> Option<PinnedChunk> {
+    /// Its header is not read: the slot checked the header and the data of the file it resident, and
+    /// each read is served only if the file read is that file, unchanged ([`ResidentChunk::read`]).
+    pub fn open_resident(&self, chunk: ChunkName<'_>, slot: u32, len: usize) -> Option<ResidentChunk> {
         let (identity, id) = identity_of(chunk.url, chunk.etag, chunk.chunk_size, chunk.index);
-        let pins = self.pins(slot)?;
-        let pin = pins.table().lookup(id)?;
+        let resident = self.resident(slot)?;
+        let entry = resident.table().lookup(id)?;
         let data_offset = format::data_offset_for(identity.len());
-        // The pinned file holds this chunk's header and its `len` bytes of data, nothing more.
-        if data_offset.checked_add(len as u64) != Some(pin.stamp.size) {
+        // The resident file holds this chunk's header and its `len` bytes of data, nothing more.
+        if data_offset.checked_add(len as u64) != Some(entry.stamp.size) {
             return None;
         }
         let file = self.chunks.open(ChunkId(id)).file()?;
-        Some(PinnedChunk { file, pins, pin, data_offset, len, slot, id, counted: false })
+        Some(ResidentChunk { file, resident, entry, data_offset, len, slot, id, counted: false })
     }
 }
 
-/// A chunk file open for reads of parts of its data, vouched for by its slot's pin
-/// ([`Direct::open_pinned`]): each read is served only if the pin held from before the file was
-/// opened until the read was done, and the file is still the one pinned, unchanged
-/// ([`pinned_throughout`]), so its bytes came from pages the slot checked and held locked all along.
-pub(crate) struct PinnedChunk {
+/// A chunk file open for reads of parts of its data, vouched for by its slot's resident entry
+/// ([`LocalReads::open_resident`]): each read is served only if the resident entry held from before the file was
+/// opened until the read was done, and the file is still the one resident, unchanged
+/// ([`resident_throughout`]), so its bytes came from pages the slot checked and held locked all along.
+pub(crate) struct ResidentChunk {
     file: File,
-    pins: Arc<PinFile>,
-    pin: Pin,
+    resident: Arc<ResidentFile>,
+    entry: ResidentEntry,
     data_offset: u64,
     len: usize,
     slot: u32,
     id: u128,
-    /// Whether a read of it was counted yet (a chunk counts as one direct hit, however many reads).
+    /// Whether a read of it was counted yet (a chunk counts as one local hit, however many reads).
     counted: bool,
 }
 
-impl PinnedChunk {
-    /// The chunk's data from `skip`, `dst.len()` bytes of it, read into `dst`; `false` when the pin
+impl ResidentChunk {
+    /// The chunk's data from `skip`, `dst.len()` bytes of it, read into `dst`; `false` when the resident entry
     /// no longer vouches for what was read, or the read failed (the caller reads the chunk whole,
     /// checked: what was read into `dst` is to be overwritten).
-    pub fn read(&mut self, direct: &Direct, skip: usize, dst: &mut Room) -> bool {
+    pub fn read(&mut self, direct: &LocalReads, skip: usize, dst: &mut Room) -> bool {
         let fits = skip.checked_add(dst.len()).is_some_and(|end| end <= self.len);
         if !fits || pread_exact(&self.file, dst, self.data_offset + skip as u64).is_err() {
             return false;
         }
-        let table = self.pins.table();
-        if !pinned_throughout(&self.file, &table, &self.pin) {
+        let table = self.resident.table();
+        if !resident_throughout(&self.file, &table, &self.entry) {
             return false;
         }
         if !self.counted {
             self.counted = true;
-            direct.count(Found::Pinned, self.slot, self.id, self.len, Some(&(table, self.pin)));
+            direct.count(Found::Resident, self.slot, self.id, self.len, Some(&(table, self.entry)));
         }
         true
     }
 }
 
 #[cfg(test)]
-#[path = "direct_tests.rs"]
+#[path = "local_reads_tests.rs"]
 mod tests;

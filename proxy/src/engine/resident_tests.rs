@@ -6,7 +6,7 @@ fn key(index: u64) -> ChunkKey {
     ChunkKey {
         origin: "s3|http://127.0.0.1:9000".into(),
         bucket: "train".into(),
-        key: "pins".into(),
+        key: "resident".into(),
         etag: "\"0123abcd\"".into(),
         chunk_size: 1 << 20,
         index,
@@ -30,7 +30,7 @@ fn check(path: &Path, id: u128) -> Option<u64> {
 }
 
 #[test]
-fn a_chunk_is_pinned_only_if_its_file_is_whole_its_own_and_matches_its_crc() {
+fn a_chunk_is_made_resident_only_if_its_file_is_whole_its_own_and_matches_its_crc() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chunk");
     let id = key(0).id().0;
@@ -58,23 +58,23 @@ fn a_chunk_is_pinned_only_if_its_file_is_whole_its_own_and_matches_its_crc() {
     assert_eq!(check(&path, id), Some(10));
 }
 
-/// A pinned file cut short while pinned: the slot never touches its mapping, so it lives on; the
+/// A resident file cut short while resident: the slot never touches its mapping, so it lives on; the
 /// pages past the new end simply go.
 #[test]
-fn a_pinned_file_cut_short_does_not_hurt_the_slot() {
+fn a_resident_file_cut_short_does_not_hurt_the_slot() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("chunk");
     chunk_file(&path, 2 * PIECE);
-    let pins = Pins::create(&dir.path().join("pins-0.table"), 64 << 20).unwrap();
+    let resident = ResidentChunks::create(&dir.path().join("resident-0.table"), 64 << 20).unwrap();
     let id = key(0).id().0;
-    // Settled: a file changed in the last moments is not pinned.
+    // Settled: a file changed in the last moments is not resident.
     std::thread::sleep(SETTLED + Duration::from_millis(20));
-    pins.pin(id, &path);
-    assert_eq!(pins.usage().0, format::round_up(std::fs::metadata(&path).unwrap().len()), "pinned");
+    resident.make_resident(id, &path);
+    assert_eq!(resident.usage().0, format::round_up(std::fs::metadata(&path).unwrap().len()), "resident");
     std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(100).unwrap();
-    pins.release(id);
-    assert_eq!(pins.usage().0, 0);
-    // Pinning it again (as a read heard meanwhile would) finds a short file and pins nothing.
-    pins.pin(id, &path);
-    assert_eq!(pins.usage().0, 0);
+    resident.release(id);
+    assert_eq!(resident.usage().0, 0);
+    // Making resident it again (as a read heard meanwhile would) finds a short file and resident chunks nothing.
+    resident.make_resident(id, &path);
+    assert_eq!(resident.usage().0, 0);
 }
