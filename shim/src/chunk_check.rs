@@ -12,7 +12,7 @@ use memarts_disk::chunk_file::{format, verify};
 use memarts_disk::resident_table::{ResidentEntry, ResidentFile, ResidentTable, Stamp};
 use memarts_protocol::ObjectUrl;
 
-use crate::fill::{assume_filled, pread_exact, preadv_exact, Room};
+use crate::room::{assume_filled, pread_exact, preadv_exact, Room};
 
 /// Data read and checksummed per step: small enough that the checksum reads it from the CPU cache
 /// right after the kernel copied it there, large enough that a small file's data comes with its

@@ -9,7 +9,7 @@ use memarts_protocol::{ChunkBody, ChunkReply, ChunkRequest, FirstRequest, Object
 use crate::answer::expect_answer;
 use crate::conn::Conn;
 use crate::error::{Error, Result};
-use crate::fill::{assume_filled, pread_exact, Room, Sink};
+use crate::room::{assume_filled, pread_exact, Room, Sink};
 
 /// One chunk into `dst` (exactly the chunk's length). A descriptor-served chunk that fails its
 /// checksum is asked for again with `recheck` (the slot drops its copy and refetches it).
@@ -189,10 +189,10 @@ mod tests {
         file.write_all(&data).unwrap();
         let crc = memarts_protocol::crc32c(&data[100..]);
         let mut buf = vec![0u8; data.len() - 100];
-        assert!(fd_body_ok(&file, 100, crc, crate::fill::as_room(&mut buf)).unwrap());
+        assert!(fd_body_ok(&file, 100, crc, crate::room::as_room(&mut buf)).unwrap());
         assert!(buf == data[100..]);
-        assert!(!fd_body_ok(&file, 100, crc ^ 1, crate::fill::as_room(&mut buf)).unwrap());
+        assert!(!fd_body_ok(&file, 100, crc ^ 1, crate::room::as_room(&mut buf)).unwrap());
         file.set_len(1000).unwrap();
-        assert!(!fd_body_ok(&file, 100, crc, crate::fill::as_room(&mut buf)).unwrap(), "a short file");
+        assert!(!fd_body_ok(&file, 100, crc, crate::room::as_room(&mut buf)).unwrap(), "a short file");
     }
 }

@@ -102,8 +102,8 @@ impl Conn {
     }
 
     /// Reads `dst.len()` payload bytes straight into `dst`.
-    pub fn read_payload(&mut self, dst: &mut crate::fill::Room) -> Result<()> {
-        crate::fill::read_exact(&self.stream, dst)?;
+    pub fn read_payload(&mut self, dst: &mut crate::room::Room) -> Result<()> {
+        crate::room::read_exact(&self.stream, dst)?;
         Ok(())
     }
 

@@ -52,7 +52,7 @@ pub(crate) use crate::chunk_check::Found;
 use crate::chunk_check::{check, identity_of, map_checked, resident_of, resident_throughout};
 use crate::chunk_files::{ChunkFiles, Opened};
 use crate::conn::Dialer;
-use crate::fill::{pread_exact, Room};
+use crate::room::{pread_exact, Room};
 use crate::slot_tables::{mapped, Mapped};
 use crate::touch::ReadReports;
 

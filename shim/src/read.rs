@@ -14,7 +14,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl, MAX_BAT
 use crate::chunk_io::{read_batch, read_first, read_memarts};
 use crate::client::{parse, Client};
 use crate::error::{Error, Result};
-use crate::fill::{ReadBuf, Room, Sink, VecSink};
+use crate::room::{ReadBuf, Room, Sink, VecSink};
 use crate::sources::{Target, Wanted};
 
 /// One chunk's share of a read: the chunk, and where its wanted bytes go.
@@ -119,7 +119,7 @@ impl Client {
         let url_text = parsed.to_string();
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
-        let mut sink = Head { buf: crate::fill::as_room(first), len: 0, chunk: cs as usize };
+        let mut sink = Head { buf: crate::room::as_room(first), len: 0, chunk: cs as usize };
         self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, false, &mut sink))
             .map(|(meta, _)| meta)
     }
@@ -316,7 +316,7 @@ impl Sink for Head<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fill::as_room;
+    use crate::room::as_room;
 
     #[test]
     fn plan_covers_the_range_exactly() {

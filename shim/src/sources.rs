@@ -20,8 +20,8 @@ use crate::client::{parse, Client};
 use crate::config::ShimConfig;
 use crate::conn::Dialer;
 use crate::error::{Error, Result};
-use crate::fill::Room;
 use crate::local_reads::{ChunkName, Found, LocalReads};
+use crate::room::Room;
 
 /// What one read is about: the object version pinned by its ETag.
 pub(crate) struct Target<'a> {

@@ -23,10 +23,10 @@ use memarts_protocol::ObjectMeta;
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fill::{ReadBuf, Room};
 use crate::local_reads::ResidentChunk;
 use crate::readahead::Readahead;
 pub use crate::readahead::Source;
+use crate::room::{ReadBuf, Room};
 
 /// A sequential reader of one object version (see the module docs). Implements [`std::io::Read`]
 /// and [`std::io::Seek`].

@@ -34,7 +34,7 @@ pub(crate) use pool::{Process, Readaheads};
 
 use crate::client::Client;
 use crate::error::{Error, Result};
-use crate::fill::Room;
+use crate::room::Room;
 
 /// Anything that holds a [`Client`] and can be shared with the fetch threads: a `Client`, a
 /// `memarts_session::Session` (whose in-process engine then lives as long as the reader), a mount.

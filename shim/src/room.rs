@@ -1,4 +1,4 @@
-//! Filling buffers that were never zeroed: the object's bytes are written straight into the spare
+//! Room: buffers that were never zeroed, filled in place: the object's bytes are written straight into the spare
 //! capacity of the result (a `Vec`, later a Python `bytes`), by `pread` from a passed descriptor or
 //! `read` from the socket, through raw pointers, so no reference to uninitialised memory is made and
 //! no memset precedes the copy (zeroing a 16 MiB buffer costs as much as reading it from the page
