@@ -22,7 +22,7 @@ impl Drop for Stopped {
 }
 
 #[test]
-fn a_slot_that_stops_answering_does_not_hold_direct_reads_up_and_counts_them_once_it_answers() {
+fn a_slot_that_stops_answering_does_not_hold_local_reads_up_and_counts_them_once_it_answers() {
     let bucket = moto().bucket("reports");
     let objects: Vec<(String, Vec<u8>)> =
         (0..64u64).map(|i| (format!("s3://{bucket}/o{i:02}"), pattern(9100 + i, 8 << 10))).collect();
@@ -128,7 +128,7 @@ fn a_process_that_ends_reports_its_local_reads_unasked() {
     let hits = fleet.total("hits");
     let urls: Vec<&str> = objects.iter().map(|(u, _)| u.as_str()).collect();
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "direct_reports::a_process_that_ends_reports_its_local_reads_unasked"])
+        .args(["--exact", "local_read_reports::a_process_that_ends_reports_its_local_reads_unasked"])
         .args(["--nocapture", "--test-threads=1"])
         .env(EXIT_CHILD_RUN_DIR, &fleet.run_dir)
         .env(EXIT_CHILD_URLS, urls.join(" "))
@@ -137,15 +137,15 @@ fn a_process_that_ends_reports_its_local_reads_unasked() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "the child failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
     // After the harness's "test <name> ... " on the same line.
-    let direct: u64 = stdout
+    let local: u64 = stdout
         .split("local hits: ")
         .nth(1)
         .and_then(|rest| rest.lines().next())
         .unwrap_or_else(|| panic!("no count from the child: {stdout}"))
         .parse()
         .unwrap();
-    assert_eq!(direct, objects.len() as u64, "the child read every object directly");
-    assert_eq!(fleet.total("hits") - hits, direct, "the slots counted the reads of a process that ended");
+    assert_eq!(local, objects.len() as u64, "the child read every object locally");
+    assert_eq!(fleet.total("hits") - hits, local, "the slots counted the reads of a process that ended");
 
     let hits = fleet.total("hits");
     for (url, data) in &objects {
