@@ -92,7 +92,7 @@ def read_and_transform(data):
     return value, 0
 dataset = OssMapDataset.from_prefix("{oss_data_folder_uri}", endpoint="{oss_endpoint}", transform=read_and_transform, cred_path=cred_path, config_path=config_path)
 data_loader = torch.utils.data.DataLoader(
-    dataset, batch_size="{batch_size}",num_workers="{num_workers"}, resident_memory=True)
+    dataset, batch_size="{batch_size}",num_workers="{num_workers"}, pin_memory=True)
 
 for epoch in range(args.epochs):
     for step, (images, target) in enumerate(data_loader):
