@@ -144,7 +144,7 @@ pub enum ResidentTableError {
 }
 
 /// A resident table over mapped words (see the module docs). Reading is safe from any number of threads
-/// and processes; [`ResidentTable::resident entry`] and [`ResidentTable::release`] need a single writer at a time.
+/// and processes; [`ResidentTable::insert`] and [`ResidentTable::withdraw`] need a single writer at a time.
 pub struct ResidentTable<'a> {
     table: SeqTable<'a>,
 }
@@ -196,7 +196,7 @@ impl<'a> ResidentTable<'a> {
         Some(ResidentEntry { stamp: found.fields, place: found.place, seq: found.seq })
     }
 
-    /// Whether `resident entry` still holds: its entry unchanged since it was found, and its slot alive. A
+    /// Whether `entry` still holds: its entry unchanged since it was found, and its slot alive. A
     /// read made between finding a resident entry and this answer being true read pages that were locked in
     /// memory all along.
     pub fn held(&self, entry: &ResidentEntry) -> bool {
@@ -225,7 +225,7 @@ impl<'a> ResidentTable<'a> {
         Some(place)
     }
 
-    /// Notes a read of `resident entry` (one that held all through: [`ResidentTable::held`]) for its slot to count.
+    /// Notes a read of `entry` (one that held all through: [`ResidentTable::held`]) for its slot to count.
     /// Needs the table mapped writable, as [`ResidentFile::open`] maps it. A read noted just as the slot
     /// replaced the entry counts for the chunk resident there next: one read more or less for the
     /// eviction policy, nothing that decides what a reader gets.
@@ -233,7 +233,7 @@ impl<'a> ResidentTable<'a> {
         self.table.entry(entry.place)[READS].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The reads noted of the resident entry of chunk `id` at `place` (where [`ResidentTable::resident entry`] put it) since
+    /// The reads noted of the resident entry of chunk `id` at `place` (where [`ResidentTable::insert`] put it) since
     /// they were last taken, now taken (0 if that place holds another chunk). The slot's only.
     pub fn take_reads(&self, place: usize, id: u128) -> u64 {
         let entry = self.table.entry(place);

@@ -41,7 +41,7 @@ pub(crate) fn identity_of(url: &ObjectUrl, etag: &str, chunk_size: u64, index: u
     (identity, id)
 }
 
-/// Chunk `id`'s entry in a slot's resident table `resident chunks`, if it is resident (with the table: its header is
+/// Chunk `id`'s entry in a slot's resident table `resident`, if it is resident (with the table: its header is
 /// checked once per read).
 pub(crate) fn resident_of(
     resident: Option<&ResidentFile>,
@@ -55,7 +55,7 @@ pub(crate) fn resident_of(
 /// bytes of data that match its CRC32C (the checks of [`check`], on the mapping), and whether it
 /// was served as resident (`Found::Resident`) or checked (`Found::Served`).
 ///
-/// With the chunk's `resident entry` (found before the file was opened), the CRC32C is not computed if, once
+/// With the chunk's `entry` (found before the file was opened), the CRC32C is not computed if, once
 /// the mapping is locked, the file is still the one resident, unchanged, and the resident entry still holds
 /// ([`resident_throughout`]): then the slot held these very pages locked, as it checked them, from
 /// before the file was opened until this process locked them too, so no page could be dropped and
@@ -92,7 +92,7 @@ pub(crate) fn map_checked(
 
 /// Reads the chunk's header and data from `file` into `dst` and checks both: the header must be this
 /// chunk's (identity and header CRC) and claim exactly `dst.len()` bytes, the data must match its
-/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `resident entry` (as
+/// CRC32C. The header and the first piece of data come in one `preadv`. With the chunk's `entry` (as
 /// found before the file was opened), the data's CRC32C is not computed if the resident entry held all
 /// through the read and the file read is the one resident, unchanged ([`resident_throughout`]).
 pub(crate) fn check(

@@ -42,7 +42,7 @@ pub struct ShimConfig {
     pub readahead_workers: usize,
     /// Read warm objects straight from the fleet's chunk files, with no round trip to a proxy
     /// (`MEMARTS_LOCAL_READS`, default on; only for a fleet of the client's own uid). See
-    /// [`crate::direct`].
+    /// [`crate::local_reads`].
     pub local_reads: bool,
 }
 

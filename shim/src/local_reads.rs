@@ -183,7 +183,7 @@ impl LocalReads {
     }
 
     /// Counts what a local read of chunk `id` found; a read served is noted for its slot: in the
-    /// entry of its `resident entry` when the resident entry served it (for the slot to count), else in the next report.
+    /// entry of its `entry` when the resident entry served it (for the slot to count), else in the next report.
     fn count(
         &self,
         found: Found,
