@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use memarts_shim::Client;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -21,16 +22,16 @@ impl Drop for Stopped {
     }
 }
 
-#[test]
-fn a_slot_that_stops_answering_does_not_hold_local_reads_up_and_counts_them_once_it_answers() {
-    let bucket = moto().bucket("reports");
+/// `n` objects of `size` bytes in a new bucket, read once (cold) through a fleet of 2 slots and
+/// cached. Without resident chunks: reads of resident chunks are not reported (their slots count them
+/// from the resident tables), and these are tests of the reports.
+fn cached_objects(name: &str, n: u64, seed: u64, size: usize) -> (Vec<(String, Vec<u8>)>, Fleet, Client) {
+    let bucket = moto().bucket(name);
     let objects: Vec<(String, Vec<u8>)> =
-        (0..64u64).map(|i| (format!("s3://{bucket}/o{i:02}"), pattern(9100 + i, 8 << 10))).collect();
+        (0..n).map(|i| (format!("s3://{bucket}/o{i:02}"), pattern(seed + i, size))).collect();
     for (url, data) in &objects {
         moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
     }
-    // Without resident chunks: reads of resident chunks are not reported (their slots count them from the resident
-    // tables), and this is a test of the reports.
     let fleet = Fleet::start(2, &[("MEMARTS_RESIDENT_MEMORY", "0")]);
     fleet.wait_index_ready();
     let client = fleet.client(MIB);
@@ -38,6 +39,12 @@ fn a_slot_that_stops_answering_does_not_hold_local_reads_up_and_counts_them_once
         assert!(client.read(url).unwrap() == *data, "{url} cold");
     }
     fleet.wait_cached(objects.len() as u64);
+    (objects, fleet, client)
+}
+
+#[test]
+fn a_slot_that_stops_answering_does_not_hold_local_reads_up_and_counts_them_once_it_answers() {
+    let (objects, fleet, client) = cached_objects("reports", 64, 9100, 8 << 10);
     // A warm round, reported: both slots have a report connection now.
     for (url, _) in &objects {
         client.read(url).unwrap();
@@ -109,20 +116,7 @@ fn a_process_that_ends_reports_its_local_reads_unasked() {
     if let Ok(run_dir) = std::env::var(EXIT_CHILD_RUN_DIR) {
         read_and_exit(&run_dir);
     }
-    let bucket = moto().bucket("exitreports");
-    let objects: Vec<(String, Vec<u8>)> =
-        (0..8u64).map(|i| (format!("s3://{bucket}/o{i}"), pattern(9300 + i, 100 << 10))).collect();
-    for (url, data) in &objects {
-        moto().put(&bucket, url.rsplit('/').next().unwrap(), data);
-    }
-    // Without resident chunks: reads of resident chunks are counted from the resident tables, not reported.
-    let fleet = Fleet::start(2, &[("MEMARTS_RESIDENT_MEMORY", "0")]);
-    fleet.wait_index_ready();
-    let client = fleet.client(MIB);
-    for (url, data) in &objects {
-        assert!(client.read(url).unwrap() == *data, "{url} cold");
-    }
-    fleet.wait_cached(objects.len() as u64);
+    let (objects, fleet, client) = cached_objects("exitreports", 8, 9300, 100 << 10);
     drop(client);
 
     let hits = fleet.total("hits");
