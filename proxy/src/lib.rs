@@ -156,8 +156,8 @@ pub async fn serve(
     listener: tokio::net::UnixListener,
     shutdown: CancellationToken,
 ) {
-    engine.load_meta_snapshot();
-    engine.start_refresher();
+    engine.metadata().load_meta_snapshot();
+    engine.metadata().start_refresher();
     engine.start_rebuild();
     let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);
     server::run(
@@ -170,5 +170,5 @@ pub async fn serve(
     )
     .await;
     engine.wait_idle(drain).await;
-    engine.save_meta_snapshot();
+    engine.metadata().save_meta_snapshot();
 }

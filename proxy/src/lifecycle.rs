@@ -197,7 +197,7 @@ pub fn main(fleet: &Path, slot: u32) -> std::process::ExitCode {
         crate::publish_metadata(&cfg, slot, &engine);
         if cfg.slots > 1 {
             let siblings = crate::siblings::Siblings::new(cfg.run_dir.clone(), slot, SIBLING_TIMEOUT);
-            engine.know_siblings(std::sync::Arc::new(siblings));
+            engine.metadata().know_siblings(std::sync::Arc::new(siblings));
         }
         let io_engine = Some(engine.status().io_engine);
         let shutdown = tokio_util::sync::CancellationToken::new();

@@ -51,7 +51,7 @@ async fn epoch(engine: &Arc<Engine>, order: &[u64]) -> u64 {
     let before = engine.stats.hits.load(Ordering::Relaxed);
     for &i in order {
         let url = format!("s3://b/d/{i}");
-        let meta = engine.stat(&url, false).await.unwrap();
+        let meta = engine.metadata().stat(&url, false).await.unwrap();
         for index in 0..OBJECT / CHUNK {
             let req = ChunkRequest {
                 url: url.clone(),

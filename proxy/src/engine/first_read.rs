@@ -94,7 +94,7 @@ impl Engine {
         let mut known = None;
         if !req.refresh {
             let url = parse_url(&req.url)?;
-            known = self.meta.get(&url.to_string());
+            known = self.metadata.cache().get(&url.to_string());
             // In a cluster, a cold object's first read goes to the node that owns its chunk 0, which
             // answers with the metadata and the chunk in one round trip (one GET in the cluster).
             if known.is_none() && route {
@@ -113,7 +113,7 @@ impl Engine {
         }
         let meta = match known {
             Some(meta) => meta,
-            None => self.stat_for(&req.url, req.refresh, Some(req.chunk_size)).await?,
+            None => self.metadata.stat_for(&req.url, req.refresh, Some(req.chunk_size)).await?,
         };
         if meta.size == 0 {
             return Ok((meta, None));
@@ -149,7 +149,7 @@ impl Engine {
         let placement = memarts_protocol::placement(url.kind.as_str(), &url.bucket, &url.key, chunk_size, 0);
         // A HEAD of it in flight means a reader that came before the index was rebuilt is on the slow
         // way and will fetch chunk 0: join it rather than fetch chunk 0 a second time (R3).
-        let asking = self.heads.running(xxhash_rust::xxh3::xxh3_128(url.to_string().as_bytes()));
+        let asking = self.metadata.asking_about(url);
         owner_slot(u128::from(placement) << 64, self.info.slots) == self.info.slot
             && self.index_ready.load(Ordering::Acquire)
             && !asking
@@ -162,7 +162,7 @@ impl Engine {
     /// (R3). The usual way reads them.
     pub(super) fn no_longer_cold(&self, url: &ObjectUrl, chunk_size: u64, flight: u128) -> bool {
         self.zero_fills.marked(flight)
-            || self.meta.get(&url.to_string()).is_some()
+            || self.metadata.cache().get(&url.to_string()).is_some()
             || !self.is_cold(url, chunk_size)
     }
 

@@ -16,7 +16,7 @@ use super::{Engine, ReadBy};
 impl Engine {
     /// Publishes the slot's metadata in a table at `path` from now on, for local hits.
     pub fn publish_metadata(&self, path: std::path::PathBuf) -> std::io::Result<()> {
-        self.meta.publish_at(path)
+        self.metadata.cache().publish_at(path)
     }
 
     /// Makes resident the chunks read locally from now on, at most `budget` bytes of them, publishing them in a

@@ -15,7 +15,7 @@ impl Engine {
         let status = self.status();
         let prefetch = self.prefetch_status();
         let cluster = self.cluster_status();
-        let (s, o) = (&self.stats, &self.origin.stats);
+        let (s, o, md) = (&self.stats, &self.origin.stats, &self.metadata.counters);
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
         let num = |v: u64| MetricValue::Number(v as f64);
         let mut m = Families::default();
@@ -101,25 +101,25 @@ impl Engine {
             "stale_metadata_served",
             "Reads that went on with an expired version because the origin could not be reached",
             Counter,
-            n(&s.stale_meta_served),
+            n(&md.stale_meta_served),
         );
         m.one(
             "listed_pages",
             "Pages of directory listings asked for to revalidate expired metadata, one per 1,000 keys",
             Counter,
-            n(&s.listed_pages),
+            n(&md.listed_pages),
         );
         m.one(
             "refreshed_listings",
             "Directories listed again before the versions they gave expired, for the slots reading them",
             Counter,
-            n(&s.refreshed_listings),
+            n(&md.refreshed_listings),
         );
         m.one(
             "listed_revalidations",
             "Expired metadata revalidated by its directory's listing instead of a HEAD",
             Counter,
-            n(&s.listed_revalidations),
+            n(&md.listed_revalidations),
         );
         m.one("connections", "Client connections open", Gauge, status.connections as f64);
         m.one(

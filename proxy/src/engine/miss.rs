@@ -342,7 +342,7 @@ impl Engine {
     /// comes after it finds the object known, and its chunk 0 where this fill landed it).
     fn put_meta(&self, miss: &Miss, got: &Got) {
         if let Some(meta) = &got.meta {
-            self.meta.put(miss.url.to_string(), meta.clone());
+            self.metadata.cache().put(miss.url.to_string(), meta.clone());
         }
     }
 }

@@ -7,8 +7,9 @@
 //!
 //! Layout (each file adds its part of `impl Engine`):
 //! - this file: the slot's state, its counters and what a read hands to the server;
-//! - `metadata.rs`: object metadata (stat with single-flight HEADs, the stale fallback when the
-//!   origin is down, snapshots kept across graceful restarts);
+//! - `metadata/`: the metadata side ([`Metadata`]: `stat` with single-flight HEADs, revalidation
+//!   by listing directories, the stale fallback when the origin is down, snapshots kept across
+//!   graceful restarts); the chunk side asks it for versions, it asks the chunk side what it holds;
 //! - `chunks.rs`: chunk reads: hits (verified, from the open-file cache or the store), misses
 //!   filled in one flight, persistence within the capacity, dropping corrupt chunks;
 //! - `miss.rs`: the miss path: the tiers a fill walks in its single flight (a cold first read's
@@ -24,8 +25,8 @@
 //! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, promised
 //!   room), `eviction/` (what to keep: the policy behind a trait, `lru.rs` and `tinylfu.rs`),
 //!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
-//!   slot's reuse distance, to tell a chunk no longer read), `meta_cache.rs` (metadata cache),
-//!   `open_chunks.rs` (open files of recent hits).
+//!   slot's reuse distance, to tell a chunk no longer read), `open_chunks.rs` (open files of
+//!   recent hits).
 
 mod admission;
 #[cfg(test)]
@@ -34,7 +35,6 @@ mod awaited;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;
-mod dir_versions;
 #[cfg(test)]
 mod disk_fault_tests;
 #[cfg(test)]
@@ -45,13 +45,8 @@ mod flight;
 #[cfg(test)]
 mod herd_tests;
 mod index;
-mod list_policy;
-mod listings;
 mod local_reads;
-mod meta_cache;
-mod meta_publisher;
-
-mod metadata;
+pub mod metadata;
 mod metrics;
 mod miss;
 mod open_chunks;
@@ -59,9 +54,7 @@ mod peers;
 mod prefetch;
 mod rebuild;
 mod recency;
-mod refresh;
 pub(crate) mod resident;
-mod revalidate;
 #[cfg(test)]
 mod revalidate_tests;
 mod staging;
@@ -84,7 +77,8 @@ use crate::metrics::LatencyHistogram;
 use crate::origin::Origin;
 pub use flight::Flights;
 pub use index::ChunkIndex;
-pub use meta_cache::MetaCache;
+use metadata::ChunkPresence;
+pub use metadata::{MetaCache, Metadata};
 pub use open_chunks::OpenChunks;
 pub use prefetch::Prefetcher;
 pub use uploads::Upload;
@@ -168,14 +162,6 @@ pub struct Stats {
     /// Fetched chunks served but not kept: colder than every chunk they would have pushed out.
     pub rejected_chunks: AtomicU64,
     pub store_errors: AtomicU64,
-    /// Reads that went on with an expired version because the origin could not be reached.
-    pub stale_meta_served: AtomicU64,
-    /// Pages of directory listings asked for to revalidate expired metadata (`revalidate.rs`), and
-    /// expired metadata revalidated by a listing (this slot's or its directory owner's) rather than
-    /// a HEAD.
-    pub listed_pages: AtomicU64,
-    pub refreshed_listings: AtomicU64,
-    pub listed_revalidations: AtomicU64,
     /// Time to answer a client's chunk read that hit, and one that missed (`server/dispatch.rs`).
     pub read_hit: LatencyHistogram,
     pub read_miss: LatencyHistogram,
@@ -210,12 +196,12 @@ pub struct Engine {
     origin: Arc<Origin>,
     store: Arc<ChunkStore>,
     index: Mutex<ChunkIndex>,
-    meta: MetaCache,
+    /// What the slot knows of objects' versions (`metadata/`).
+    metadata: Arc<Metadata>,
     /// memarts-only objects; `None` in a pass-through engine, which stores nothing.
     only: Option<Arc<OnlyStore>>,
     open: OpenChunks,
     flights: Arc<Flights<Result<Fetched, WireError>>>,
-    heads: Arc<Flights<Result<ObjectMeta, WireError>>>,
     /// Cold first reads (metadata and chunk 0 in one GET), one flight per URL and chunk size.
     firsts: Arc<Flights<Result<(ObjectMeta, Fetched), WireError>>>,
     zero_fills: first_read::ZeroFills,
@@ -225,13 +211,6 @@ pub struct Engine {
     budget: MemoryBudget,
     /// In a cluster, the part of the budget for replies to peers (`peers.rs`), split off at join.
     peer_replies: std::sync::OnceLock<MemoryBudget>,
-    /// Versions of the objects of the directories this slot owns, as listings showed them, and
-    /// the listings in flight, one per directory (`revalidate.rs`).
-    dir_versions: dir_versions::DirVersions,
-    list_policy: list_policy::ListPolicy,
-    dir_flights: Arc<Flights<Result<(), WireError>>>,
-    /// The other slots of the fleet, asked for what they own (set once the slot knows its run dir).
-    siblings: std::sync::OnceLock<Arc<crate::siblings::Siblings>>,
     pub stats: Stats,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
@@ -247,6 +226,16 @@ fn bad_request(msg: impl Into<String>) -> WireError {
     WireError::new(ErrorCode::BadRequest, msg)
 }
 
+impl ChunkPresence for Engine {
+    fn index_ready(&self) -> bool {
+        self.index_ready.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn has_placement(&self, placement: u64) -> bool {
+        self.index().has_placement(placement)
+    }
+}
+
 fn parse_url(url: &str) -> Result<ObjectUrl, WireError> {
     ObjectUrl::parse(url).map_err(|e| bad_request(e.to_string()))
 }
@@ -260,34 +249,38 @@ impl Engine {
         only: Option<OnlyStore>,
     ) -> Arc<Engine> {
         let budget = info.memory_budget;
-        let meta_ttl = meta.ttl();
         let index = Mutex::new(ChunkIndex::new(info.eviction));
-        Arc::new(Engine {
+        let origin = Arc::new(origin);
+        let metadata = Arc::new(Metadata::new(info.clone(), origin.clone(), meta));
+        let engine = Arc::new(Engine {
             info,
             only: only.map(Arc::new),
-            origin: Arc::new(origin),
+            origin,
             store: Arc::new(store),
             index,
-            meta,
+            metadata,
             open: OpenChunks::new(MAX_OPEN_CHUNKS),
             flights: Arc::default(),
-            heads: Arc::default(),
             firsts: Arc::default(),
             zero_fills: Default::default(),
             index_ready: AtomicBool::new(false),
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
             peer_replies: std::sync::OnceLock::new(),
-            dir_versions: dir_versions::DirVersions::new(meta_ttl),
-            list_policy: list_policy::ListPolicy::new(meta_ttl),
-            dir_flights: Arc::default(),
-            siblings: std::sync::OnceLock::new(),
             stats: Stats::default(),
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
             staged: staging::Staging::default(),
             resident: std::sync::OnceLock::new(),
-        })
+        });
+        let chunks: std::sync::Weak<dyn ChunkPresence> = Arc::downgrade(&engine) as _;
+        engine.metadata.know_chunks(chunks);
+        engine
+    }
+
+    /// The slot's metadata side: versions of objects, listings, snapshots.
+    pub fn metadata(&self) -> &Arc<Metadata> {
+        &self.metadata
     }
 
     fn index(&self) -> std::sync::MutexGuard<'_, ChunkIndex> {
@@ -353,8 +346,7 @@ impl Engine {
     pub async fn delete(self: &Arc<Self>, url: &str) -> Result<(), WireError> {
         let parsed = parse_url(url)?;
         self.origin.delete(&parsed).await?;
-        self.forget_listed(&parsed).await;
-        self.meta.invalidate(&parsed.to_string());
+        self.metadata.deleted(&parsed).await;
         Ok(())
     }
 

@@ -33,6 +33,7 @@ impl Engine {
     /// becomes the budget of its replies to peers (`peer_server.rs`), the other half stays its own
     /// fills' and uploads'.
     pub fn join_cluster(&self, cluster: Arc<Cluster>) {
+        self.metadata.join_cluster(cluster.clone());
         if self.cluster.set(cluster).is_ok() {
             let _ = self.peer_replies.set(self.budget.split_off(self.info.memory_budget / 2));
         }
@@ -105,7 +106,7 @@ impl Engine {
                     if meta.etag.is_some() {
                         // Confirmed by the origin at least that long before we asked.
                         let ago = confirmed_ago.saturating_add(asked.elapsed());
-                        self.meta.put_confirmed(url.to_string(), meta.clone(), ago);
+                        self.metadata.cache().put_confirmed(url.to_string(), meta.clone(), ago);
                     }
                     let outcome = chunk.map(|f| {
                         cluster.stats.peer_reads.fetch_add(1, Ordering::Relaxed);
@@ -163,7 +164,7 @@ impl Engine {
         let url = self.refuse_unpooled(peer, &req.url)?;
         let req = FirstRequest { refresh: false, ..req.clone() };
         let (meta, outcome) = self.read_first_routed(&req, false, ReadBy::Client).await?;
-        let confirmed_ago = self.meta.confirmed_ago(&url.to_string(), &meta).unwrap_or_default();
+        let confirmed_ago = self.metadata.cache().confirmed_ago(&url.to_string(), &meta).unwrap_or_default();
         let chunk = match outcome {
             Some(o) => Some(self.outcome_bytes(o).await?),
             None => None,
@@ -179,13 +180,13 @@ impl Engine {
         req: &memarts_protocol::RevalidateRequest,
     ) -> Result<memarts_protocol::Revalidated, WireError> {
         self.refuse_unpooled(peer, &req.url)?;
-        self.serve_revalidate_of(req, false).await
+        self.metadata.serve_revalidate_of(req, false).await
     }
 
     /// `PeerRequest::Forget` of member `peer` (object-store URLs only).
     pub fn serve_peer_forget(&self, peer: &str, url: &str) -> Result<(), WireError> {
         self.refuse_unpooled(peer, url)?;
-        self.serve_forget(url)
+        self.metadata.serve_forget(url)
     }
 
     /// `url` parsed, if it is one the pool serves; otherwise a typed refusal, counted and logged.

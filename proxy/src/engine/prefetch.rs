@@ -342,7 +342,7 @@ impl Engine {
     /// Whether the current version of `url` is known and its chunk 0 indexed (then awaited, as
     /// `ChunkIndex::hint` says: its read is near). No origin request.
     fn first_chunk_cached(&self, url: &str, chunk_size: u64) -> bool {
-        let Some(meta) = self.meta.get(url) else { return false };
+        let Some(meta) = self.metadata.cache().get(url) else { return false };
         if meta.size == 0 {
             return true;
         }
@@ -355,7 +355,7 @@ impl Engine {
     /// version whose metadata is known, else of a version never read (kept only if it fits).
     fn promise_first_chunk(&self, url: &str, chunk_size: u64) -> Option<PromisedRoom<'_>> {
         let Ok(parsed) = parse_url(url) else { return self.promise_room(0, None, 0) }; // the read says why
-        let known = self.meta.get(url);
+        let known = self.metadata.cache().get(url);
         let etag = known.as_ref().and_then(|m| m.etag.as_deref());
         let key = ChunkKey::new(&parsed, etag.unwrap_or_default(), chunk_size, 0);
         let len = known.as_ref().map_or(chunk_size, |m| m.size.min(chunk_size));

@@ -4,7 +4,7 @@
 //! file is found by its name, the index only orders eviction. Its chunks still in the two-level
 //! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`), and after a
 //! restart with another number of slots, the metadata this slot now serves is taken from the
-//! previous fleet's snapshots before the scan (`metadata.rs`).
+//! previous fleet's snapshots before the scan (`metadata/snapshots.rs`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,9 +22,9 @@ impl Engine {
             let started = Instant::now();
             let store = this.store.clone();
             let (slot, slots) = (this.info.slot, this.info.slots);
-            let meta_of = this.clone();
+            let metadata = this.metadata.clone();
             let scanned = tokio::task::spawn_blocking(move || {
-                meta_of.restore_meta_of_another_size();
+                metadata.restore_meta_of_another_size();
                 let mut owned = Vec::new();
                 let mut total = 0u64;
                 for c in store.scan() {

@@ -133,7 +133,7 @@ impl Engine {
         chunk_size: u64,
     ) -> Result<Option<ObjectMeta>, WireError> {
         let parsed = parse_url(url)?;
-        if let Some(meta) = self.meta.get(url) {
+        if let Some(meta) = self.metadata.cache().get(url) {
             let Some(etag) = meta.etag.clone().filter(|e| !e.is_empty() && meta.size > 0) else {
                 return Ok(None);
             };

@@ -92,7 +92,7 @@ impl Engine {
                 }
                 let (etag, version) = upload.finish().await?;
                 let meta = ObjectMeta { size, etag, version, last_modified_ms: now_ms() };
-                self.note_written(&url, &meta).await;
+                self.metadata.note_written(&url, &meta).await;
                 Ok(meta)
             }
             Target::Only { store, writer } => {

@@ -101,7 +101,7 @@ pub(super) async fn dispatch(mut cx: Ctx<'_>, request: Request, payload: Vec<u8>
 /// Another slot wrote or deleted an object of a directory this slot lists: the fleet's own uid only.
 async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
-        cx.engine.serve_forget(url).map(|()| Response::Forgotten)
+        cx.engine.metadata().serve_forget(url).map(|()| Response::Forgotten)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
     };
@@ -112,7 +112,7 @@ async fn forget(mut cx: Ctx<'_>, url: &str) -> Result<(), ConnError> {
 /// own uid only (whoever else could would vouch for versions of objects to every slot).
 async fn listed(mut cx: Ctx<'_>, ranges: Vec<memarts_protocol::ListedRange>) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
-        cx.engine.serve_listed(ranges).map(|()| Response::Recorded)
+        cx.engine.metadata().serve_listed(ranges).map(|()| Response::Recorded)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
     };
@@ -126,7 +126,7 @@ async fn confirm(
     versions: Vec<(String, memarts_protocol::ConfirmedMeta)>,
 ) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
-        cx.engine.serve_confirm(versions).map(|()| Response::Recorded)
+        cx.engine.metadata().serve_confirm(versions).map(|()| Response::Recorded)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots tell one another"))
     };
@@ -137,7 +137,7 @@ async fn confirm(
 /// (whoever else could would vouch for versions of objects to the slot that asks).
 async fn revalidate(mut cx: Ctx<'_>, req: &memarts_protocol::RevalidateRequest) -> Result<(), ConnError> {
     let reply = if cx.settings.local.is_own(cx.session.uid) {
-        cx.engine.serve_revalidate(req).await.map(Response::Revalidated)
+        cx.engine.metadata().serve_revalidate(req).await.map(Response::Revalidated)
     } else {
         Err(WireError::new(ErrorCode::PermissionDenied, "only the fleet's own slots ask one another"))
     };
@@ -160,7 +160,7 @@ async fn touched(mut cx: Ctx<'_>, touches: &[Touch]) -> Result<(), ConnError> {
 }
 
 async fn stat(mut cx: Ctx<'_>, url: &str, refresh: bool) -> Result<(), ConnError> {
-    let reply = cx.engine.stat(url, refresh).await.map(Response::Stat);
+    let reply = cx.engine.metadata().stat(url, refresh).await.map(Response::Stat);
     cx.answer(reply).await
 }
 
@@ -192,7 +192,7 @@ async fn read_first(mut cx: Ctx<'_>, req: &FirstRequest) -> Result<(), ConnError
 }
 
 async fn list(mut cx: Ctx<'_>, req: &ListRequest) -> Result<(), ConnError> {
-    let reply = cx.engine.list(req).await.map(Response::List);
+    let reply = cx.engine.metadata().list(req).await.map(Response::List);
     cx.answer(reply).await
 }
 

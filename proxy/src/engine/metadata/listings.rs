@@ -21,12 +21,12 @@ use memarts_protocol::{
 };
 
 use super::revalidate::{dir_of, in_dir};
-use super::{parse_url, Engine};
+use super::{parse_url, Metadata};
 
 /// Encoded bytes of ranges sent in one `Listed`, about: well within a request's 64 KiB.
 const LISTED_BYTES: usize = 32 << 10;
 
-impl Engine {
+impl Metadata {
     /// One page of a client's listing; what it shows of whole directories is kept by their owners.
     pub async fn list(self: &Arc<Self>, req: &ListRequest) -> Result<ListPage, WireError> {
         let asked = Instant::now();

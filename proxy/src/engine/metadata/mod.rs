@@ -1,29 +1,149 @@
-//! Object metadata in a slot: `stat` from the metadata cache while fresh, else one HEAD however
-//! many readers ask at once; the last verified version when the origin cannot be reached; and the
-//! snapshot a slot saves when it stops cleanly, so the next process of the same slot starts warm
-//! (and, after a restart with another number of slots, each slot takes what it now serves from
-//! the previous fleet's snapshots).
+//! The metadata side of a slot: what it knows of objects' versions, and how it keeps that fresh.
+//! `stat` answers from the metadata cache while fresh, else with one HEAD however many readers
+//! ask at once, or, past the TTL, from the listing of the object's directory (one request per
+//! 1,000 objects); the last verified version when the origin cannot be reached.
+//!
+//! Layout (each file adds its part of `impl Metadata`):
+//! - this file: the state, `stat`, and what a write or a delete through the slot changes;
+//! - `meta_cache.rs`: the metadata cache (TTL, the stale fallback, what local reads are published);
+//! - `revalidate.rs`: expired metadata revalidated by listing the object's directory, by the slot
+//!   (or in a cluster the node) that owns it, for every slot that asks;
+//! - `dir_versions.rs`: the versions the listings of the directories a slot owns showed;
+//! - `list_policy.rs`: whether a directory is worth listing (a bucket that refuses, a directory
+//!   of which this slot holds little);
+//! - `refresh.rs`: listings kept fresh ahead of their TTL for the slots reading them;
+//! - `listings.rs`: what a client's listing shows, kept by the directories' owners;
+//! - `snapshots.rs`: the metadata saved when a slot stops cleanly, loaded by the next process.
+//!
+//! It asks the chunk side of its slot one thing ([`ChunkPresence`]: whether the index is rebuilt
+//! and which chunks it holds, to tell a listing worth its cost); it reaches the slot's siblings
+//! and, in a cluster, the node that owns a directory, itself.
 
-use std::path::PathBuf;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+mod dir_versions;
+mod list_policy;
+mod listings;
+mod meta_cache;
+mod meta_publisher;
+mod refresh;
+mod revalidate;
+mod snapshots;
 
-use memarts_protocol::{
-    chunk_owner, meta_owner_slot, ErrorCode, ObjectMeta, ObjectUrl, WireError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE,
-};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
-use super::{parse_url, Engine};
+use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
-impl Engine {
+pub use meta_cache::MetaCache;
+
+use super::flight::Flights;
+use super::{parse_url, SlotInfo};
+use crate::cluster::Cluster;
+use crate::origin::Origin;
+use crate::siblings::Siblings;
+
+/// What the metadata side asks of the chunk side of its slot.
+pub(crate) trait ChunkPresence: Send + Sync {
+    /// Whether the chunk index was rebuilt since the slot started (before, it cannot tell).
+    fn index_ready(&self) -> bool;
+    /// Whether some version of the chunk with this placement is held.
+    fn has_placement(&self, placement: u64) -> bool;
+}
+
+/// The metadata side's counters, for `memarts status` and the metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Reads that went on with an expired version because the origin could not be reached.
+    pub stale_meta_served: AtomicU64,
+    /// Pages of directory listings asked for to revalidate expired metadata (`revalidate.rs`), and
+    /// expired metadata revalidated by a listing (this slot's or its directory owner's) rather than
+    /// a HEAD.
+    pub listed_pages: AtomicU64,
+    pub refreshed_listings: AtomicU64,
+    pub listed_revalidations: AtomicU64,
+}
+
+/// Object metadata in one slot (see the module docs).
+pub struct Metadata {
+    info: SlotInfo,
+    origin: Arc<Origin>,
+    cache: MetaCache,
+    /// HEADs in flight, one per URL.
+    heads: Arc<Flights<Result<ObjectMeta, WireError>>>,
+    /// Versions of the objects of the directories this slot owns, as listings showed them, and
+    /// the listings in flight, one per directory (`revalidate.rs`).
+    dir_versions: dir_versions::DirVersions,
+    list_policy: list_policy::ListPolicy,
+    dir_flights: Arc<Flights<Result<(), WireError>>>,
+    /// The other slots of the fleet, asked for what they own (set once the slot knows its run dir).
+    siblings: OnceLock<Arc<Siblings>>,
+    /// The cluster the slot is part of (set with the slot's own, `Engine::join_cluster`).
+    cluster: OnceLock<Arc<Cluster>>,
+    /// The chunk side of the slot (set once it exists; weak: it holds this).
+    chunks: OnceLock<Weak<dyn ChunkPresence>>,
+    pub counters: Counters,
+}
+
+impl Metadata {
+    pub fn new(info: SlotInfo, origin: Arc<Origin>, cache: MetaCache) -> Metadata {
+        let ttl = cache.ttl();
+        Metadata {
+            info,
+            origin,
+            cache,
+            heads: Arc::default(),
+            dir_versions: dir_versions::DirVersions::new(ttl),
+            list_policy: list_policy::ListPolicy::new(ttl),
+            dir_flights: Arc::default(),
+            siblings: OnceLock::new(),
+            cluster: OnceLock::new(),
+            chunks: OnceLock::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The metadata cache.
+    pub fn cache(&self) -> &MetaCache {
+        &self.cache
+    }
+
+    /// Lets this side ask the chunk side what it holds; once, when the slot is made.
+    pub(crate) fn know_chunks(&self, chunks: Weak<dyn ChunkPresence>) {
+        let _ = self.chunks.set(chunks);
+    }
+
+    /// Lets this slot ask the other slots of its fleet for what they own; once, before it serves.
+    pub fn know_siblings(&self, siblings: Arc<Siblings>) {
+        let _ = self.siblings.set(siblings);
+    }
+
+    /// Lets this side reach the nodes of `cluster`; once, when the slot joins it.
+    pub(crate) fn join_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    /// Whether the chunk index is rebuilt (false while the chunk side is not known).
+    fn index_ready(&self) -> bool {
+        self.chunks.get().and_then(Weak::upgrade).is_some_and(|c| c.index_ready())
+    }
+
+    /// Whether a HEAD of `url` is in flight.
+    pub(crate) fn asking_about(&self, url: &ObjectUrl) -> bool {
+        self.heads.running(xxhash_rust::xxh3::xxh3_128(url.to_string().as_bytes()))
+    }
+
     /// Metadata of `url`, from the metadata cache while fresh, else from the origin.
     /// Concurrent misses of one URL share one HEAD request (single-flight, as chunk fills do).
     pub async fn stat(self: &Arc<Self>, url: &str, refresh: bool) -> Result<ObjectMeta, WireError> {
         self.stat_for(url, refresh, None).await
     }
 
-    /// [`Engine::stat`] for a read with chunks of `chunk_size` (which slot reads what next, for a
+    /// [`Metadata::stat`] for a read with chunks of `chunk_size` (which slot reads what next, for a
     /// revalidation's answer: `revalidate.rs`).
-    pub(super) async fn stat_for(
+    pub(crate) async fn stat_for(
         self: &Arc<Self>,
         url: &str,
         refresh: bool,
@@ -32,7 +152,7 @@ impl Engine {
         let parsed = parse_url(url)?;
         let key = parsed.to_string();
         if !refresh {
-            if let Some(meta) = self.meta.get(&key) {
+            if let Some(meta) = self.cache.get(&key) {
                 return Ok(meta);
             }
         }
@@ -46,17 +166,17 @@ impl Engine {
                 // objects, unless a refresh asks the origin about this one.
                 if !refresh {
                     if let Some((meta, ago)) = this.revalidate_by_listing(&parsed, chunk_size).await {
-                        this.stats.listed_revalidations.fetch_add(1, Ordering::Relaxed);
-                        this.meta.put_confirmed(key, meta.clone(), ago);
+                        this.counters.listed_revalidations.fetch_add(1, Ordering::Relaxed);
+                        this.cache.put_confirmed(key, meta.clone(), ago);
                         leader.publish(Ok(meta));
                         return;
                     }
                 }
                 let meta = this.origin.head(&parsed).await.map_err(WireError::from);
                 match &meta {
-                    Ok(m) => this.meta.put(key, m.clone()),
+                    Ok(m) => this.cache.put(key, m.clone()),
                     // Gone at the origin: stop vouching for a version that no longer exists.
-                    Err(e) if e.code == ErrorCode::NotFound => this.meta.invalidate(&key),
+                    Err(e) if e.code == ErrorCode::NotFound => this.cache.invalidate(&key),
                     Err(_) => {}
                 }
                 leader.publish(meta);
@@ -66,9 +186,9 @@ impl Engine {
             // The origin cannot be reached to verify the version: keep serving the last verified
             // one (its cached chunks are whole and checked; its misses will fail on their own).
             // Not for refusals (403) or absence (404), which the origin did answer.
-            Err(e) if e.code == ErrorCode::OriginError => match self.meta.get_stale(&stale_key) {
+            Err(e) if e.code == ErrorCode::OriginError => match self.cache.get_stale(&stale_key) {
                 Some(stale) => {
-                    self.stats.stale_meta_served.fetch_add(1, Ordering::Relaxed);
+                    self.counters.stale_meta_served.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(url, error = %e.message, "origin unreachable: serving the last verified version");
                     Ok(stale)
                 }
@@ -83,109 +203,16 @@ impl Engine {
     pub async fn note_written(self: &Arc<Self>, url: &ObjectUrl, meta: &ObjectMeta) {
         self.forget_listed(url).await;
         if meta.etag.is_some() {
-            self.meta.put(url.to_string(), meta.clone());
+            self.cache.put(url.to_string(), meta.clone());
         } else {
-            self.meta.invalidate(&url.to_string());
+            self.cache.invalidate(&url.to_string());
         }
     }
 
-    /// Where slot `slot` of a fleet of `slots` keeps its metadata across graceful restarts.
-    fn meta_snapshot_path_of(&self, slot: u32, slots: u32) -> PathBuf {
-        self.info.cache_dir.join("v1/meta").join(format!("slot-{slot}-of-{slots}.snap"))
+    /// An object deleted at the origin through this slot: what listings showed of it, and its
+    /// metadata here, are forgotten.
+    pub(crate) async fn deleted(self: &Arc<Self>, url: &ObjectUrl) {
+        self.forget_listed(url).await;
+        self.cache.invalidate(&url.to_string());
     }
-
-    fn meta_snapshot_path(&self) -> PathBuf {
-        self.meta_snapshot_path_of(self.info.slot, self.info.slots)
-    }
-
-    /// The size of the fleet that stopped last (whose slots wrote the newest snapshots), if any did.
-    fn previous_fleet_size(&self) -> Option<u32> {
-        let dir = std::fs::read_dir(self.info.cache_dir.join("v1/meta")).ok()?;
-        dir.flatten()
-            .filter_map(|e| {
-                let name = e.file_name();
-                let (_, slots) = parse_snapshot_name(name.to_str()?)?;
-                Some((e.metadata().ok()?.modified().ok()?, slots))
-            })
-            .max()
-            .map(|(_, slots)| slots)
-    }
-
-    /// Loads what the previous process of this slot saved when it stopped (see
-    /// [`super::MetaCache::save`]), if the fleet that stopped last had this size. After a fleet of
-    /// another size, the index rebuild sorts out its slots' snapshots instead
-    /// (`restore_meta_of_another_size`).
-    pub fn load_meta_snapshot(&self) {
-        if self.info.passthrough || self.previous_fleet_size() != Some(self.info.slots) {
-            return;
-        }
-        let path = self.meta_snapshot_path();
-        match self.meta.load(&path) {
-            Ok(n) => tracing::info!(entries = n, "metadata restored from {}", path.display()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!("metadata snapshot ignored: {e}"),
-        }
-    }
-
-    /// After a fleet of another size stopped cleanly: loads, from its slots' snapshots, the
-    /// metadata of the objects this slot serves now, so that a fleet restarted with another N does
-    /// not ask the origin again for every object's metadata. Blocking (a few hashes per entry):
-    /// the index rebuild runs it, before `index_ready`.
-    pub(super) fn restore_meta_of_another_size(&self) {
-        let Some(old) = self.previous_fleet_size().filter(|&n| n != self.info.slots) else { return };
-        if self.info.passthrough {
-            return;
-        }
-        let mut restored = 0;
-        for k in 0..old {
-            let path = self.meta_snapshot_path_of(k, old);
-            match self.meta.load_where(&path, |url| self.took_over(url, k, old)) {
-                Ok(n) => restored += n,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!("metadata snapshot ignored: {e}"),
-            }
-        }
-        tracing::info!(
-            entries = restored,
-            "metadata restored from the snapshots of the previous fleet of {old}"
-        );
-    }
-
-    /// Whether this slot now serves the metadata that slot `k` of a fleet of `n` held for `url`: as
-    /// its metadata owner, or as the owner of its chunk 0 at a chunk size that made `k` the owner
-    /// then. Chunk sizes are not recorded, so every power of two a read may use is tried (a size
-    /// that is none only costs a HEAD, as before).
-    fn took_over(&self, url: &str, k: u32, n: u32) -> bool {
-        let (slot, slots) = (self.info.slot, self.info.slots);
-        if meta_owner_slot(url, n) == k && meta_owner_slot(url, slots) == slot {
-            return true;
-        }
-        let Ok(parsed) = ObjectUrl::parse(url) else { return false };
-        (MIN_CHUNK_SIZE.trailing_zeros()..=MAX_CHUNK_SIZE.trailing_zeros())
-            .map(|bits| 1u64 << bits)
-            .any(|cs| chunk_owner(&parsed, cs, 0, n) == k && chunk_owner(&parsed, cs, 0, slots) == slot)
-    }
-
-    /// Saves the fresh metadata for the next process of this slot; called after draining.
-    pub fn save_meta_snapshot(&self) {
-        if self.info.passthrough {
-            return;
-        }
-        let path = self.meta_snapshot_path();
-        let saved = path.parent().map_or(Ok(()), |dir| {
-            use std::os::unix::fs::DirBuilderExt;
-            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)
-        });
-        match saved.and_then(|()| self.meta.save(&path)) {
-            Ok(n) => tracing::info!(entries = n, "metadata saved to {}", path.display()),
-            Err(e) => tracing::warn!("could not save the metadata snapshot {}: {e}", path.display()),
-        }
-    }
-}
-
-/// `(slot, slots)` of a snapshot file named `slot-<slot>-of-<slots>.snap`.
-fn parse_snapshot_name(name: &str) -> Option<(u32, u32)> {
-    let (slot, slots) = name.strip_prefix("slot-")?.strip_suffix(".snap")?.split_once("-of-")?;
-    let (slot, slots) = (slot.parse().ok()?, slots.parse().ok()?);
-    (slot < slots).then_some((slot, slots))
 }

@@ -24,7 +24,7 @@ use memarts_protocol::{
 };
 
 use super::revalidate::dir_of;
-use super::Engine;
+use super::Metadata;
 
 /// A directory is kept fresh while a slot asked for versions of it within this many TTLs.
 pub const KEEP_TTLS: u32 = 10;
@@ -32,34 +32,34 @@ pub const KEEP_TTLS: u32 = 10;
 /// Encoded bytes of versions in one `Confirm`, about: well within a request's 64 KiB.
 const CONFIRM_BYTES: usize = 32 << 10;
 
-impl Engine {
-    /// Starts the slot's refresher, until the engine goes: every quarter of the TTL, the
+impl Metadata {
+    /// Starts the slot's refresher, until the slot goes: every quarter of the TTL, the
     /// directories this slot owns that are due are listed again and their versions confirmed.
     pub fn start_refresher(self: &Arc<Self>) {
         if self.info.passthrough {
             return;
         }
-        let engine = Arc::downgrade(self);
-        let period = (self.meta.ttl() / 4).max(Duration::from_millis(250));
+        let metadata = Arc::downgrade(self);
+        let period = (self.cache.ttl() / 4).max(Duration::from_millis(250));
         // What the snapshot brought back, taken before the slot serves: metadata its first reads
         // put is current already (and a listing of it later may show a newer version early).
-        let loaded = self.meta.urls();
+        let loaded = self.cache.urls();
         tokio::spawn(async move {
             loop {
-                let Some(engine) = engine.upgrade() else { return };
-                if engine.index_ready.load(std::sync::atomic::Ordering::Acquire) {
-                    engine.ask_about_loaded(loaded).await;
+                let Some(metadata) = metadata.upgrade() else { return };
+                if metadata.index_ready() {
+                    metadata.ask_about_loaded(loaded).await;
                     break;
                 }
-                drop(engine);
+                drop(metadata);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
-                let Some(engine) = engine.upgrade() else { return };
-                engine.refresh_due().await;
+                let Some(metadata) = metadata.upgrade() else { return };
+                metadata.refresh_due().await;
             }
         });
     }
@@ -79,21 +79,21 @@ impl Engine {
             let Ok(parsed) = ObjectUrl::parse(&url) else { continue };
             let cs = Some(memarts_protocol::DEFAULT_CHUNK_SIZE);
             if let Some((meta, ago)) = self.revalidate_by_listing(&parsed, cs).await {
-                self.meta.put_confirmed(url, meta, ago);
+                self.cache.put_confirmed(url, meta, ago);
             }
         }
     }
 
     /// Lists again each due directory and confirms its versions to the slots that asked.
     pub(super) async fn refresh_due(self: &Arc<Self>) {
-        let ttl = self.meta.ttl();
+        let ttl = self.cache.ttl();
         for (dir_url, askers) in self.dir_versions.due(ttl / 2, ttl * KEEP_TTLS) {
             let Ok(url) = ObjectUrl::parse(&format!("{dir_url}/x")) else { continue };
             let dir = dir_of(&url);
             if url.kind != OriginKind::S3 || !self.list_page_of(&dir, "").await {
                 continue;
             }
-            self.stats.refreshed_listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.counters.refreshed_listings.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for asker in askers {
                 let versions = self.versions_served(&dir, asker);
                 if asker.slot == self.info.slot {
@@ -135,8 +135,8 @@ impl Engine {
 
     fn keep_confirmed(&self, versions: Vec<(String, ConfirmedMeta)>) {
         for (url, c) in versions {
-            if self.meta.get_stale(&url).is_some() {
-                self.meta.put_confirmed(url, c.meta, Duration::from_millis(c.confirmed_ms_ago));
+            if self.cache.get_stale(&url).is_some() {
+                self.cache.put_confirmed(url, c.meta, Duration::from_millis(c.confirmed_ms_ago));
             }
         }
     }

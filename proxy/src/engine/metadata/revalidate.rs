@@ -24,7 +24,7 @@ use memarts_protocol::{
 };
 
 use super::dir_versions::{self, Asker, Seen};
-use super::{parse_url, Engine};
+use super::{parse_url, Metadata};
 
 /// Keys of a directory's first listing: S3 answers 1,000 keys a request, and the next request is
 /// made only to see past them, so a directory of up to 1,000 objects costs one request and one of
@@ -67,12 +67,7 @@ fn just_before(key: &str) -> Option<String> {
     (!shorter.is_empty()).then(|| shorter.to_string())
 }
 
-impl Engine {
-    /// Lets this slot ask the other slots of its fleet for what they own; once, before it serves.
-    pub fn know_siblings(&self, siblings: Arc<crate::siblings::Siblings>) {
-        let _ = self.siblings.set(siblings);
-    }
-
+impl Metadata {
     /// The version of `url` the listing of its directory shows, and how long ago it was listed:
     /// from this slot if it owns the directory, else from the slot (or, in a cluster, the node)
     /// that does, whose answer also brings the versions of the directory's other objects this slot
@@ -127,7 +122,7 @@ impl Engine {
         let held = answer.more.iter().filter(|(other, _)| self.holds(other, chunk_size)).count();
         self.list_policy.shown(&dir.url, answer.more.len(), held);
         for (other, c) in &answer.more {
-            self.meta.put_confirmed(other.clone(), c.meta.clone(), ago(c));
+            self.cache.put_confirmed(other.clone(), c.meta.clone(), ago(c));
         }
         answer.meta.map(|c| (c.meta.clone(), ago(&c)))
     }
@@ -141,10 +136,12 @@ impl Engine {
             Some(cs) if cs > 0 => {
                 let placement =
                     memarts_protocol::placement(parsed.kind.as_str(), &parsed.bucket, &parsed.key, cs, 0);
-                !self.index_ready.load(std::sync::atomic::Ordering::Acquire)
-                    || self.index().has_placement(placement)
+                match self.chunks.get().and_then(std::sync::Weak::upgrade) {
+                    Some(chunks) => !chunks.index_ready() || chunks.has_placement(placement),
+                    None => true,
+                }
             }
-            _ => self.meta.get_stale(url).is_some(),
+            _ => self.cache.get_stale(url).is_some(),
         }
     }
 
@@ -165,7 +162,7 @@ impl Engine {
     /// `Request::Revalidate` from another slot (`local`) or `PeerRequest::Revalidate` from another
     /// node: this slot's answer as the owner of the directory (nothing if it is not: a request is
     /// never passed on). A slot of this fleet that asks is kept informed (`refresh.rs`).
-    pub(super) async fn serve_revalidate_of(
+    pub(crate) async fn serve_revalidate_of(
         self: &Arc<Self>,
         req: &RevalidateRequest,
         local: bool,
@@ -339,7 +336,7 @@ impl Engine {
                 if entries.iter().any(|(_, meta)| !dir_versions::versioned(meta)) {
                     this.list_policy.unversioned(&bucket);
                 }
-                this.stats.listed_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                this.counters.listed_pages.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 this.dir_versions.record(&dir_url, after, last, page.next.is_some(), at, entries);
                 leader.publish(Ok(()));
             })
