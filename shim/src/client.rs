@@ -1,10 +1,11 @@
-//! The fleet client: finds the fleet, keeps a small pool of connections per slot (dropped after a
-//! `fork`), routes each request to its owning slot and retries a slot that is down until the deadline.
-//! Where a chunk's bytes come from (the cache's files read locally, else the slots) is the client's
-//! list of chunk sources (`sources.rs`).
+//! The fleet client: finds the fleet and routes each request to its owning slot. Its connections,
+//! kept per slot and retried while a slot is down (`connections.rs`), where a chunk's bytes come
+//! from (the cache's files read locally, else the slots: `sources.rs`), its hints (`prefetch.rs`)
+//! and its read-ahead (`readahead/`) each have their own home; this file holds the client and its
+//! metadata, listing and status requests.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memarts_disk::layout::socket_path;
@@ -16,31 +17,18 @@ use memarts_protocol::{
 
 use crate::answer::expect_answer;
 use crate::config::ShimConfig;
-use crate::conn::{Conn, Dialer};
+use crate::conn::Dialer;
+use crate::connections::Connections;
 use crate::error::{Error, Result};
-use crate::per_process::{PerProcess, PerProcessGuard};
-
-/// Connections kept per slot for reuse.
-const POOL_PER_SLOT: usize = 64;
-
-#[derive(Default)]
-struct Pools {
-    per_slot: Vec<Vec<Conn>>,
-}
 
 /// A handle on the node's proxy fleet. Cheap to share between threads; safe to keep across `fork`
 /// (the child drops the inherited connections and opens its own).
 pub struct Client {
     pub(crate) cfg: ShimConfig,
-    /// The run dir, the slots' uid and the fleet size routing uses.
-    dial: Arc<Dialer>,
-    /// This process's connections (a forked child drops the inherited ones and opens its own).
-    pools: PerProcess<Pools>,
-    pub(crate) prefetch_counters: crate::prefetch::PrefetchCounters,
-    /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
-    prefetch_unsupported: Mutex<std::collections::HashSet<u32>>,
-    /// Slots that failed to take hints, and until when they get none.
-    prefetch_paused: Mutex<std::collections::HashMap<u32, Instant>>,
+    /// This process's connections to the slots (a forked child drops the inherited ones).
+    pub(crate) conns: Arc<Connections>,
+    /// What became of this client's hints, and the slots that get none.
+    pub(crate) hints: crate::prefetch::Hints,
     /// Where chunks are read from, in order: the cache's files read locally (`local_reads.rs`, for a
     /// fleet of our own uid), then the slots.
     pub(crate) sources: crate::sources::Sources,
@@ -74,10 +62,6 @@ pub(crate) fn parse(url: &str) -> Result<ObjectUrl> {
     ObjectUrl::parse(&absolutize(url)?).map_err(|e| Error::BadRequest(e.to_string()))
 }
 
-fn is_transient(e: &Error) -> bool {
-    matches!(e, Error::Io(_) | Error::Unavailable(_))
-}
-
 impl Client {
     /// A client for the fleet in `cfg.run_dir`. Fails if no fleet was ever started there, and with
     /// [`Error::Untrusted`] if the run dir is not one this client trusts (see [`crate::trust`]).
@@ -85,16 +69,14 @@ impl Client {
         let owner = crate::trust::check_run_dir(&cfg.run_dir, &cfg.trusted_uids)?;
         let slots = fleet_slots(&cfg.run_dir)?;
         let dial = Arc::new(Dialer::new(cfg.run_dir.clone(), owner, cfg.spin, slots));
+        let conns = Arc::new(Connections::new(dial, cfg.deadline));
         let readaheads = crate::readahead::Readaheads::new(cfg.readahead_memory, cfg.readahead_workers);
         Ok(Client {
             readaheads,
-            sources: crate::sources::Sources::new(&cfg, &dial),
+            sources: crate::sources::Sources::new(&cfg, &conns),
             cfg,
-            dial,
-            pools: PerProcess::new(),
-            prefetch_counters: Default::default(),
-            prefetch_unsupported: Mutex::default(),
-            prefetch_paused: Mutex::default(),
+            conns,
+            hints: Default::default(),
         })
     }
 
@@ -107,7 +89,7 @@ impl Client {
     }
 
     pub fn slots(&self) -> u32 {
-        self.dial.slots()
+        self.conns.slots()
     }
 
     /// What local reads did in this process (`None`: this client reads through the proxies only:
@@ -128,140 +110,6 @@ impl Client {
         }
     }
 
-    fn pools(&self) -> PerProcessGuard<'_, Pools> {
-        self.pools.lock()
-    }
-
-    /// A pooled connection to `slot` (true), else a new one (false).
-    fn checkout(&self, slot: u32, timeout: Duration) -> Result<(Conn, bool)> {
-        if let Some(conn) = self.pools().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
-            return Ok((conn, true));
-        }
-        Ok((self.connect(slot, timeout)?, false))
-    }
-
-    /// A new connection to `slot`.
-    pub(crate) fn connect(&self, slot: u32, timeout: Duration) -> Result<Conn> {
-        self.dial.connect(slot, timeout)
-    }
-
-    /// Re-reads the fleet size from `fleet.json`; the new size if it changed.
-    fn refresh_slots(&self) -> Option<u32> {
-        let n = fleet_slots(&self.cfg.run_dir).ok()?;
-        self.dial.set_slots(n).then_some(n)
-    }
-
-    /// Forgets the pooled connections to `slot`: one of them failed, so the slot restarted and the
-    /// others are dead too.
-    fn drop_pool(&self, slot: u32) {
-        if let Some(pool) = self.pools().per_slot.get_mut(slot as usize) {
-            pool.clear();
-        }
-    }
-
-    fn checkin(&self, slot: u32, conn: Conn) {
-        let mut pools = self.pools();
-        let idx = slot as usize;
-        if pools.per_slot.len() <= idx {
-            pools.per_slot.resize_with(idx + 1, Vec::new);
-        }
-        if pools.per_slot[idx].len() < POOL_PER_SLOT {
-            pools.per_slot[idx].push(conn);
-        }
-    }
-
-    /// Runs `f` on a connection to `slot`, reconnecting and retrying while the slot is down,
-    /// restarting or overloaded, until `deadline`. Typed errors from the proxy return at once.
-    pub(crate) fn with_slot<T>(
-        &self,
-        mut slot: u32,
-        deadline: Instant,
-        mut f: impl FnMut(&mut Conn) -> Result<T>,
-    ) -> Result<T> {
-        let mut backoff = Duration::from_millis(10);
-        let mut last: Option<Error> = None;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
-                let why = last.map_or_else(|| "deadline passed".to_string(), |e| e.to_string());
-                return Err(Error::Unavailable(format!(
-                    "proxy slot {slot} did not answer within {:?}: {why}",
-                    self.cfg.deadline
-                )));
-            }
-            let mut pooled = false;
-            let attempt = self.checkout(slot, remaining).and_then(|(mut conn, was_pooled)| {
-                pooled = was_pooled;
-                conn.set_timeout(remaining)?;
-                match f(&mut conn) {
-                    Ok(v) => {
-                        self.checkin(slot, conn);
-                        Ok(v)
-                    }
-                    // A typed answer leaves the connection in step; anything else may not.
-                    Err(e) if e.code().is_some() && !matches!(e, Error::Unavailable(_)) => {
-                        self.checkin(slot, conn);
-                        Err(e)
-                    }
-                    Err(e) => Err(e),
-                }
-            });
-            match attempt {
-                Ok(v) => return Ok(v),
-                Err(e) if is_transient(&e) && pooled => {
-                    // A connection from before a restart: reconnect at once, without backoff.
-                    self.drop_pool(slot);
-                    last = Some(e);
-                    continue;
-                }
-                Err(e) if is_transient(&e) => {
-                    if let Some(n) = self.refresh_slots().filter(|&n| slot >= n) {
-                        // The fleet restarted smaller and this slot is gone: any slot can serve
-                        // any request (they share one cache dir); later calls route by the new size.
-                        slot %= n;
-                        last = Some(e);
-                        continue;
-                    }
-                    last = Some(e);
-                }
-                Err(e) => return Err(e),
-            }
-            std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
-            backoff = (backoff * 2).min(Duration::from_millis(500));
-        }
-    }
-
-    pub(crate) fn prefetch_unsupported(&self, slot: u32) -> bool {
-        self.prefetch_unsupported.lock().unwrap_or_else(|p| p.into_inner()).contains(&slot)
-    }
-
-    pub(crate) fn set_prefetch_unsupported(&self, slot: u32) {
-        self.prefetch_unsupported.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
-    }
-
-    pub(crate) fn prefetch_paused(&self, slot: u32) -> bool {
-        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
-        match paused.get(&slot) {
-            Some(&until) if Instant::now() < until => true,
-            Some(_) => {
-                paused.remove(&slot);
-                false
-            }
-            None => false,
-        }
-    }
-
-    pub(crate) fn pause_prefetch(&self, slot: u32, pause: Duration) {
-        let mut paused = self.prefetch_paused.lock().unwrap_or_else(|p| p.into_inner());
-        paused.insert(slot, Instant::now() + pause);
-    }
-
-    /// `request` on a new connection to `slot`, once, within `timeout` (status requests).
-    pub(crate) fn call_once(&self, slot: u32, timeout: Duration, request: &Request) -> Result<Response> {
-        let mut conn = self.dial.connect_once(slot, timeout)?;
-        Ok(conn.call(request)?.response)
-    }
-
     fn deadline(&self) -> Instant {
         Instant::now() + self.cfg.deadline
     }
@@ -279,7 +127,7 @@ impl Client {
         // object's metadata, so a ranged read after a whole read costs no second HEAD, and the version
         // that slot last verified is there to fall back on when the origin is down.
         let slot = memarts_protocol::chunk_owner(&parsed, self.cfg.chunk_size, 0, self.slots());
-        self.with_slot(slot, self.deadline(), |conn| {
+        self.conns.with_slot(slot, self.deadline(), |conn| {
             let reply = conn.call(&Request::Stat { url: url.clone(), refresh })?;
             expect_answer!(reply.response, "Stat", Response::Stat(meta) => meta)
         })
@@ -299,7 +147,7 @@ impl Client {
                 start_after: start_after.take(),
                 max_entries: 1000,
             };
-            let page = self.with_slot(slot, self.deadline(), |conn| {
+            let page = self.conns.with_slot(slot, self.deadline(), |conn| {
                 let reply = conn.call(&Request::List(req.clone()))?;
                 expect_answer!(reply.response, "List", Response::List(page) => page)
             })?;
@@ -324,7 +172,7 @@ impl Client {
         let url = parse(url)?.to_string();
         let slot = meta_owner_slot(&url, self.slots());
         let req = ListRequest { url, recursive, start_after, max_entries: max_entries.clamp(1, 1000) };
-        self.with_slot(slot, self.deadline(), |conn| {
+        self.conns.with_slot(slot, self.deadline(), |conn| {
             let reply = conn.call(&Request::List(req.clone()))?;
             expect_answer!(reply.response, "List", Response::List(page) => page)
         })
@@ -333,27 +181,21 @@ impl Client {
     /// Every slot's part of the cluster pool (empty outside one; an error for a slot that does not
     /// answer within `timeout`).
     pub fn cluster_status(&self, timeout: Duration) -> Vec<(u32, Result<ClusterStatus>)> {
-        (0..self.slots())
-            .map(|slot| {
-                let res = self.dial.connect_once(slot, timeout)
-                    .and_then(|mut c| expect_answer!(c.call(&Request::ClusterStatus)?.response, "ClusterStatus", Response::ClusterStatus(s) => s));
-                (slot, res)
-            })
-            .collect()
+        self.ask_each_slot(
+            timeout,
+            &Request::ClusterStatus,
+            |r| expect_answer!(r, "ClusterStatus", Response::ClusterStatus(s) => s),
+        )
     }
 
     /// What every slot's eviction policy did (an error for a slot that does not answer within
     /// `timeout`, or whose proxy is of a build before `AdmissionStatus`: it answers `BadRequest`).
     pub fn admission_status(&self, timeout: Duration) -> Vec<(u32, Result<AdmissionStatus>)> {
-        (0..self.slots())
-            .map(|slot| {
-                let res = self.dial.connect_once(slot, timeout).and_then(|mut c| {
-                    let reply = c.call(&Request::AdmissionStatus)?;
-                    expect_answer!(reply.response, "AdmissionStatus", Response::AdmissionStatus(s) => s)
-                });
-                (slot, res)
-            })
-            .collect()
+        self.ask_each_slot(
+            timeout,
+            &Request::AdmissionStatus,
+            |r| expect_answer!(r, "AdmissionStatus", Response::AdmissionStatus(s) => s),
+        )
     }
 
     /// Status of every slot (an error for a slot that does not answer within `timeout`). This
@@ -361,14 +203,23 @@ impl Client {
     /// that the slots' counters include them.
     pub fn status(&self, timeout: Duration) -> Vec<(u32, Result<SlotStatus>)> {
         self.send_read_reports();
+        self.ask_each_slot(
+            timeout,
+            &Request::Status,
+            |r| expect_answer!(r, "Status", Response::Status(s) => s),
+        )
+    }
+
+    /// `request` to every slot, once each, on a new connection, within `timeout`; each answer as
+    /// `answer` takes it.
+    pub(crate) fn ask_each_slot<T>(
+        &self,
+        timeout: Duration,
+        request: &Request,
+        answer: impl Fn(Response) -> Result<T>,
+    ) -> Vec<(u32, Result<T>)> {
         (0..self.slots())
-            .map(|slot| {
-                let res = self.dial.connect_once(slot, timeout).and_then(|mut c| {
-                    let reply = c.call(&Request::Status)?;
-                    expect_answer!(reply.response, "Status", Response::Status(s) => s)
-                });
-                (slot, res)
-            })
+            .map(|slot| (slot, self.conns.call_once(slot, timeout, request).and_then(&answer)))
             .collect()
     }
 }

@@ -32,6 +32,7 @@ mod chunk_io;
 pub mod client;
 pub mod config;
 mod conn;
+mod connections;
 mod download;
 pub mod error;
 mod fleet_file;

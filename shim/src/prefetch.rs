@@ -4,7 +4,9 @@
 //! long, and a slot too old to know `Prefetch` (it answers `BadRequest`: it cannot decode the
 //! request) gets none from this client again (counted in [`PrefetchCounters::unsupported`]).
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use memarts_protocol::{chunk_owner, PrefetchRequest, PrefetchStatus, Request, Response, MAX_PREFETCH_URLS};
@@ -34,6 +36,43 @@ pub struct PrefetchCounters {
     pub failed: AtomicU64,
 }
 
+/// What became of a client's hints, and the slots that get none.
+#[derive(Default)]
+pub(crate) struct Hints {
+    pub counters: PrefetchCounters,
+    /// Slots that answered a `Prefetch` as an unknown request (an older proxy).
+    unsupported: Mutex<HashSet<u32>>,
+    /// Slots that failed to take hints, and until when they get none.
+    paused: Mutex<HashMap<u32, Instant>>,
+}
+
+impl Hints {
+    fn unsupported(&self, slot: u32) -> bool {
+        self.unsupported.lock().unwrap_or_else(|p| p.into_inner()).contains(&slot)
+    }
+
+    fn set_unsupported(&self, slot: u32) {
+        self.unsupported.lock().unwrap_or_else(|p| p.into_inner()).insert(slot);
+    }
+
+    fn paused(&self, slot: u32) -> bool {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        match paused.get(&slot) {
+            Some(&until) if Instant::now() < until => true,
+            Some(_) => {
+                paused.remove(&slot);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn pause(&self, slot: u32, pause: Duration) {
+        let mut paused = self.paused.lock().unwrap_or_else(|p| p.into_inner());
+        paused.insert(slot, Instant::now() + pause);
+    }
+}
+
 impl Client {
     /// Hints that `urls` will be read soon: each slot fetches the ones whose reads start there.
     /// Returns how many were queued. Local paths are hinted like objects (the fleet reads them).
@@ -48,18 +87,18 @@ impl Client {
             let slot = chunk_owner(&parsed, chunk_size, 0, slots);
             by_slot[slot as usize].push(parsed.to_string());
         }
-        let counters = &self.prefetch_counters;
+        let (hints, counters) = (&self.hints, &self.hints.counters);
         let mut queued = 0;
         for (slot, urls) in by_slot.into_iter().enumerate() {
             let slot = slot as u32;
             if urls.is_empty() {
                 continue;
             }
-            if self.prefetch_unsupported(slot) {
+            if hints.unsupported(slot) {
                 counters.unsupported.fetch_add(urls.len() as u64, Ordering::Relaxed);
                 continue;
             }
-            if self.prefetch_paused(slot) {
+            if hints.paused(slot) {
                 counters.failed.fetch_add(urls.len() as u64, Ordering::Relaxed);
                 continue;
             }
@@ -68,7 +107,7 @@ impl Client {
                 let n = part.len() as u64;
                 counters.sent.fetch_add(n, Ordering::Relaxed);
                 let deadline = Instant::now() + HINT_DEADLINE.min(self.cfg.deadline);
-                let answer = self.with_slot(slot, deadline, |conn| {
+                let answer = self.conns.with_slot(slot, deadline, |conn| {
                     let reply = conn.call(&req)?;
                     expect_answer!(reply.response, "Prefetch", Response::Prefetched { queued } => queued)
                 });
@@ -78,13 +117,13 @@ impl Client {
                         queued += q as usize;
                     }
                     Err(e) if e.is_unknown_request() => {
-                        self.set_prefetch_unsupported(slot);
+                        hints.set_unsupported(slot);
                         counters.unsupported.fetch_add(n, Ordering::Relaxed);
                         break;
                     }
                     Err(e) => {
                         if matches!(e, Error::Unavailable(_) | Error::Io(_)) {
-                            self.pause_prefetch(slot, HINT_PAUSE);
+                            hints.pause(slot, HINT_PAUSE);
                         }
                         counters.failed.fetch_add(n, Ordering::Relaxed);
                         break;
@@ -97,19 +136,16 @@ impl Client {
 
     /// What this client's hints did so far.
     pub fn prefetch_counters(&self) -> &PrefetchCounters {
-        &self.prefetch_counters
+        &self.hints.counters
     }
 
     /// Every slot's prefetch counters (an error for a slot that does not answer within `timeout`,
     /// or does not know `PrefetchStatus`).
     pub fn prefetch_status(&self, timeout: Duration) -> Vec<(u32, Result<PrefetchStatus>)> {
-        (0..self.slots())
-            .map(|slot| {
-                let res = self
-                    .call_once(slot, timeout, &Request::PrefetchStatus)
-                    .and_then(|r| expect_answer!(r, "PrefetchStatus", Response::PrefetchStatus(s) => s));
-                (slot, res)
-            })
-            .collect()
+        self.ask_each_slot(
+            timeout,
+            &Request::PrefetchStatus,
+            |r| expect_answer!(r, "PrefetchStatus", Response::PrefetchStatus(s) => s),
+        )
     }
 }

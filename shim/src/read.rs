@@ -64,7 +64,7 @@ impl Client {
         }
         let deadline = Instant::now() + self.cfg.deadline;
         let (meta, warm) =
-            self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, refresh, sink))?;
+            self.conns.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, refresh, sink))?;
         if meta.size > cs {
             let rest = &mut sink.room()[cs as usize..];
             if warm {
@@ -120,7 +120,8 @@ impl Client {
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
         let mut sink = Head { buf: crate::room::as_room(first), len: 0, chunk: cs as usize };
-        self.with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, false, &mut sink))
+        self.conns
+            .with_slot(slot, deadline, |conn| read_first(conn, &url_text, cs, false, &mut sink))
             .map(|(meta, _)| meta)
     }
 
@@ -129,7 +130,7 @@ impl Client {
         let url = parse(url)?.to_string();
         let slot = memarts_protocol::meta_owner_slot(&url, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
-        self.with_slot(slot, deadline, |conn| read_memarts(conn, &url, sink))
+        self.conns.with_slot(slot, deadline, |conn| read_memarts(conn, &url, sink))
     }
 
     /// `len` bytes from `offset` (fewer at the end of the object).
@@ -215,7 +216,7 @@ impl Client {
         run_parallel(workers, batches, |(slot, mut batch)| {
             let reqs: Vec<ChunkRequest> = batch.iter().map(|p| target.request(p.index)).collect();
             let mut dsts: Vec<&mut Room> = batch.iter_mut().map(|p| &mut *p.dst).collect();
-            self.with_slot(slot, deadline, |conn| read_batch(conn, &reqs, &mut dsts))
+            self.conns.with_slot(slot, deadline, |conn| read_batch(conn, &reqs, &mut dsts))
         })
     }
 
@@ -225,11 +226,11 @@ impl Client {
         let slot = chunk_owner(t.url, t.chunk_size, piece.index, self.slots());
         let want = Wanted { target: t, index: piece.index, slot, deadline, recheck: false };
         if piece.skip == 0 && piece.dst.len() == chunk_len {
-            return self.sources.read_chunk(self, want, piece.dst);
+            return self.sources.read_chunk(want, piece.dst);
         }
         let mut whole: Vec<u8> = Vec::with_capacity(chunk_len);
         let room = &mut whole.spare_capacity_mut()[..chunk_len];
-        self.sources.read_chunk(self, want, room)?;
+        self.sources.read_chunk(want, room)?;
         // SAFETY: Sources::read_chunk returned Ok: a source served the chunk, which wrote all
         // `chunk_len` bytes of the spare capacity.
         unsafe { whole.set_len(chunk_len) };

@@ -18,7 +18,7 @@ use memarts_protocol::{chunk_owner, ChunkRequest, ObjectMeta, ObjectUrl};
 use crate::chunk_io::read_chunk;
 use crate::client::{parse, Client};
 use crate::config::ShimConfig;
-use crate::conn::Dialer;
+use crate::connections::Connections;
 use crate::error::{Error, Result};
 use crate::local_reads::{ChunkName, Found, LocalReads};
 use crate::room::Room;
@@ -73,15 +73,14 @@ pub(crate) enum Outcome {
     Corrupt,
 }
 
-/// A place chunks are read from. `via` is the client asking, whose connections a source that
-/// talks to the slots uses.
+/// A place chunks are read from.
 pub(crate) trait ChunkSource: Send + Sync {
     /// The chunk `want` names, whole, into `dst` (exactly its length).
-    fn read_chunk(&self, via: &Client, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome>;
+    fn read_chunk(&self, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome>;
 }
 
 impl ChunkSource for LocalReads {
-    fn read_chunk(&self, _via: &Client, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome> {
+    fn read_chunk(&self, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome> {
         let t = want.target;
         Ok(match LocalReads::read_chunk(self, t.url, t.etag, t.chunk_size, want.index, want.slot, dst) {
             Found::Served | Found::Resident => Outcome::Served,
@@ -91,13 +90,15 @@ impl ChunkSource for LocalReads {
     }
 }
 
-/// The owning slot, asked over a pooled connection, retried until the deadline.
-struct Slots;
+/// The owning slot, asked over a kept connection, retried until the deadline.
+struct OwningSlot {
+    conns: Arc<Connections>,
+}
 
-impl ChunkSource for Slots {
-    fn read_chunk(&self, via: &Client, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome> {
+impl ChunkSource for OwningSlot {
+    fn read_chunk(&self, want: &Wanted<'_>, dst: &mut Room) -> Result<Outcome> {
         let req = ChunkRequest { recheck: want.recheck, ..want.target.request(want.index) };
-        via.with_slot(want.slot, want.deadline, |conn| read_chunk(conn, &req, dst))?;
+        self.conns.with_slot(want.slot, want.deadline, |conn| read_chunk(conn, &req, dst))?;
         Ok(Outcome::Served)
     }
 }
@@ -110,13 +111,13 @@ pub(crate) struct Sources {
 }
 
 impl Sources {
-    pub fn new(cfg: &ShimConfig, dial: &Arc<Dialer>) -> Sources {
-        let local = if cfg.local_reads { LocalReads::new(dial).map(Arc::new) } else { None };
+    pub fn new(cfg: &ShimConfig, conns: &Arc<Connections>) -> Sources {
+        let local = if cfg.local_reads { LocalReads::new(conns.dial()).map(Arc::new) } else { None };
         let mut order: Vec<Arc<dyn ChunkSource>> = Vec::new();
         if let Some(local) = &local {
             order.push(local.clone());
         }
-        order.push(Arc::new(Slots));
+        order.push(Arc::new(OwningSlot { conns: conns.clone() }));
         Sources { local, order }
     }
 
@@ -128,10 +129,10 @@ impl Sources {
 
     /// The chunk `want` names, whole, into `dst` (exactly its length), from the first source that
     /// serves it.
-    pub fn read_chunk(&self, via: &Client, want: Wanted<'_>, dst: &mut Room) -> Result<()> {
+    pub fn read_chunk(&self, want: Wanted<'_>, dst: &mut Room) -> Result<()> {
         let mut want = want;
         for source in &self.order {
-            match source.read_chunk(via, &want, dst)? {
+            match source.read_chunk(&want, dst)? {
                 Outcome::Served => return Ok(()),
                 Outcome::Absent => {}
                 Outcome::Corrupt => want.recheck = true,

@@ -23,7 +23,7 @@ impl Client {
         let slot = chunk_owner(&parsed, cs, 0, self.slots());
         let req = Request::Fill(FillRequest { urls: vec![parsed.to_string()], chunk_size: cs });
         let deadline = Instant::now() + self.cfg.deadline;
-        let results = self.with_slot(slot, deadline, |conn| {
+        let results = self.conns.with_slot(slot, deadline, |conn| {
             let reply = conn.call(&req)?;
             expect_answer!(reply.response, "Fill", Response::Filled(results) => results)
         })?;

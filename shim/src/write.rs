@@ -40,7 +40,8 @@ impl Client {
             Ok(())
         };
         let start = Request::PutMemartsStart { url: url.clone() };
-        self.with_slot(slot, deadline, |conn| upload(conn, &start, data.len() as u64, &read_at, &mut buf))
+        self.conns
+            .with_slot(slot, deadline, |conn| upload(conn, &start, data.len() as u64, &read_at, &mut buf))
     }
 
     /// Writes the local file `path` as the new version of `url`.
@@ -70,7 +71,8 @@ impl Client {
         let deadline = Instant::now() + self.cfg.deadline;
         let mut buf = vec![0u8; PIECE.min(size as usize)];
         let start = Request::PutStart { url: url.clone() };
-        let meta = self.with_slot(slot, deadline, |conn| upload(conn, &start, size, &read_at, &mut buf))?;
+        let meta =
+            self.conns.with_slot(slot, deadline, |conn| upload(conn, &start, size, &read_at, &mut buf))?;
         self.refresh_first_owner(&parsed, slot, deadline);
         Ok(meta)
     }
@@ -84,7 +86,7 @@ impl Client {
         let url = parsed.to_string();
         let slot = meta_owner_slot(&url, self.slots());
         let deadline = Instant::now() + self.cfg.deadline;
-        self.with_slot(slot, deadline, |conn| {
+        self.conns.with_slot(slot, deadline, |conn| {
             let reply = conn.call(&Request::Delete { url: url.clone() })?;
             expect_answer!(reply.response, "Delete", Response::Deleted => ())
         })?;
@@ -98,7 +100,7 @@ impl Client {
         let first = chunk_owner(url, self.cfg.chunk_size, 0, self.slots());
         if first != done_at {
             let text = url.to_string();
-            let _ = self.with_slot(first, deadline, |conn| {
+            let _ = self.conns.with_slot(first, deadline, |conn| {
                 conn.call(&Request::Stat { url: text.clone(), refresh: true }).map(|_| ())
             });
         }
