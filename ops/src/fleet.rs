@@ -35,8 +35,8 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     if let Some(cap) = &args.capacity {
         cfg.capacity = Some(parse_size(cap).context("--capacity")?);
     }
-    if let Some(engine) = &args.io_engine {
-        cfg.io_engine = engine.clone();
+    if let Some(io_engine) = &args.io_engine {
+        cfg.io_engine = io_engine.clone();
     }
     if let Some(bytes) = &args.resident_memory {
         cfg.resident_memory = Some(parse_size(bytes).context("--resident-memory")?);
@@ -155,9 +155,9 @@ pub fn start(common: &Common, args: &StartArgs) -> Result<ExitCode> {
     for w in ready.iter().filter_map(|r| r.warning.as_ref()) {
         eprintln!("memarts: warning: {w}");
     }
-    let engine = ready.first().and_then(|r| r.io_engine.clone()).unwrap_or_default();
+    let io_engine = ready.first().and_then(|r| r.io_engine.clone()).unwrap_or_default();
     println!(
-        "memarts: {} {} ready in {:.2}s (run dir {}, cache {}, capacity {}, io engine {engine})",
+        "memarts: {} {} ready in {:.2}s (run dir {}, cache {}, capacity {}, io engine {io_engine})",
         cfg.slots,
         if cfg.slots == 1 { "proxy" } else { "proxies" },
         started.elapsed().as_secs_f64(),

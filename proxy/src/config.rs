@@ -20,7 +20,7 @@ pub use error::{ConfigError, ValueError};
 pub use memarts_disk::layout::{fleet_file, socket_path};
 pub use prefetch::PrefetchConfig;
 
-use crate::chunk_store::EngineKind;
+use crate::chunk_store::IoEngineKind;
 use memarts_settings::size::parse_size;
 use memarts_settings::Settings;
 
@@ -272,7 +272,7 @@ impl FleetConfig {
         if let Some(root) = self.local_roots.iter().find(|r| !r.is_absolute()) {
             return Err(ConfigError::invalid("local_roots", "absolute paths", root.display()));
         }
-        self.engine_kind()?;
+        self.io_engine_kind()?;
         self.eviction()?;
         for (name, v) in [
             ("meta_ttl_secs", self.meta_ttl_secs),
@@ -312,8 +312,8 @@ impl FleetConfig {
         self.allowed_uids.iter().any(|&uid| uid != nix::unistd::getuid().as_raw())
     }
 
-    pub fn engine_kind(&self) -> Result<EngineKind, ConfigError> {
-        self.io_engine.parse::<EngineKind>().map_err(|e| ConfigError::malformed("io_engine", e))
+    pub fn io_engine_kind(&self) -> Result<IoEngineKind, ConfigError> {
+        self.io_engine.parse::<IoEngineKind>().map_err(|e| ConfigError::malformed("io_engine", e))
     }
 
     pub fn eviction(&self) -> Result<memarts_settings::Eviction, ConfigError> {
@@ -387,7 +387,7 @@ mod tests {
         assert!(cfg.origin.allow_http && !cfg.origin_log);
         assert_eq!(cfg.spin_us, 0);
         assert_eq!(cfg.origin.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
-        assert_eq!(cfg.engine_kind().unwrap(), EngineKind::Pread);
+        assert_eq!(cfg.io_engine_kind().unwrap(), IoEngineKind::Pread);
         assert_eq!(cfg.origin.credentials_file, Some(PathBuf::from("/etc/memarts/credentials.json")));
         cfg.validate().unwrap();
         let untouched = {

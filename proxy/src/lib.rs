@@ -46,7 +46,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::chunk_store::{select_engine, ChunkStore};
+use crate::chunk_store::{select_io_engine, ChunkStore};
 use crate::config::FleetConfig;
 use crate::engine::{Engine, MetaCache, SlotInfo};
 use crate::origin::Origin;
@@ -79,9 +79,9 @@ pub fn build_engine_with(
     } else {
         origin
     };
-    let kind = cfg.engine_kind()?;
-    let (io, fallback) = select_engine(kind)
-        .map_err(|source| StartError::IoEngine { engine: cfg.io_engine.clone(), source })?;
+    let kind = cfg.io_engine_kind()?;
+    let (io, fallback) = select_io_engine(kind)
+        .map_err(|source| StartError::IoEngine { io_engine: cfg.io_engine.clone(), source })?;
     let io_engine = io.name();
     let cache_dir = |source| StartError::CacheDir { path: cfg.cache_dir.clone(), source };
     // Checked before anything in it is read or removed (S9), here for every slot and embedded engine.

@@ -44,9 +44,9 @@ pub enum StartError {
         source: io::Error,
     },
     /// The I/O engine the config asks for (`io_engine`) is unavailable.
-    #[error("I/O engine {engine}: {source}")]
+    #[error("I/O engine {io_engine}: {source}")]
     IoEngine {
-        engine: String,
+        io_engine: String,
         #[source]
         source: io::Error,
     },

@@ -19,7 +19,7 @@ use memarts_shim::config::ShimConfig;
 use memarts_shim::error::{Error, Result};
 use memarts_shim::{fleet_running, Client};
 
-/// How a [`Session`] reaches its engine.
+/// How a [`Session`] reaches memarts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// The fleet's proxies.

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use memarts_protocol::{DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
-pub use parse::{EngineKind, Eviction, UnknownEngine, UnknownEviction};
+pub use parse::{Eviction, IoEngineKind, UnknownEviction, UnknownIoEngine};
 
 /// A malformed variable: its name, its value, and what it should have been.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -136,7 +136,7 @@ pub struct Settings {
     pub cache_dir: Option<PathBuf>,
     pub cache_capacity: Option<u64>,
     pub only_capacity: Option<u64>,
-    pub io_engine: Option<EngineKind>,
+    pub io_engine: Option<IoEngineKind>,
     pub eviction: Option<Eviction>,
     pub resident_memory: Option<u64>,
     pub origin_log: Option<bool>,
@@ -195,7 +195,7 @@ impl Settings {
             cache_dir: env.opt("MEMARTS_CACHE_DIR", parse::path)?,
             cache_capacity: env.opt("MEMARTS_CACHE_CAPACITY", parse::size)?,
             only_capacity: env.opt("MEMARTS_ONLY_CAPACITY", parse::size)?,
-            io_engine: env.opt("MEMARTS_IO_ENGINE", parse::engine)?,
+            io_engine: env.opt("MEMARTS_IO_ENGINE", parse::io_engine)?,
             eviction: env.opt("MEMARTS_EVICTION", parse::eviction)?,
             resident_memory: env
                 .opt("MEMARTS_RESIDENT_MEMORY", parse::size)?
@@ -292,7 +292,7 @@ mod tests {
         assert_eq!((s.chunk_size, s.cache_capacity), (65536, Some(2 << 30)));
         assert_eq!(s.trusted_uids, Some(vec![0, 1000]));
         assert_eq!((s.endpoint.as_deref(), s.allow_http), (Some("http://old"), Some(true)));
-        assert_eq!(s.io_engine, Some(EngineKind::Pread));
+        assert_eq!(s.io_engine, Some(IoEngineKind::Pread));
         assert_eq!(s.run_dir_or_default(), PathBuf::from("/run/user/7/memarts"));
     }
 

@@ -141,7 +141,7 @@ pub fn fsspec_protocols(text: &str) -> Result<Vec<String>, Expected> {
 
 /// Which SSD I/O engine a slot uses (`MEMARTS_IO_ENGINE`, config `io_engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EngineKind {
+pub enum IoEngineKind {
     /// io_uring when available, otherwise pread.
     #[default]
     Auto,
@@ -151,39 +151,39 @@ pub enum EngineKind {
     Pread,
 }
 
-/// A name that is none of the [`EngineKind`]s; the message lists those that are.
+/// A name that is none of the [`IoEngineKind`]s; the message lists those that are.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown I/O engine {text:?}: expected one of auto, io_uring (or uring), pread")]
-pub struct UnknownEngine {
+pub struct UnknownIoEngine {
     /// The name as it was given.
     pub text: String,
 }
 
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
+impl FromStr for IoEngineKind {
+    type Err = UnknownIoEngine;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         match text.trim().to_ascii_lowercase().as_str() {
-            "auto" => Ok(EngineKind::Auto),
-            "io_uring" | "io-uring" | "uring" => Ok(EngineKind::IoUring),
-            "pread" => Ok(EngineKind::Pread),
-            _ => Err(UnknownEngine { text: text.to_string() }),
+            "auto" => Ok(IoEngineKind::Auto),
+            "io_uring" | "io-uring" | "uring" => Ok(IoEngineKind::IoUring),
+            "pread" => Ok(IoEngineKind::Pread),
+            _ => Err(UnknownIoEngine { text: text.to_string() }),
         }
     }
 }
 
-impl fmt::Display for EngineKind {
+impl fmt::Display for IoEngineKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            EngineKind::Auto => "auto",
-            EngineKind::IoUring => "io_uring",
-            EngineKind::Pread => "pread",
+            IoEngineKind::Auto => "auto",
+            IoEngineKind::IoUring => "io_uring",
+            IoEngineKind::Pread => "pread",
         })
     }
 }
 
 /// An I/O engine's name.
-pub fn engine(text: &str) -> Result<EngineKind, Expected> {
+pub fn io_engine(text: &str) -> Result<IoEngineKind, Expected> {
     text.parse().map_err(|_| "is not an I/O engine: use auto, io_uring (or uring) or pread".into())
 }
 
@@ -261,7 +261,7 @@ mod tests {
         let m = mounts("obs://b/dir=/a/; obs://b/dir/sub/=/b").unwrap();
         assert_eq!(m, vec![("obs://b/dir/sub".into(), "/b".into()), ("obs://b/dir".into(), "/a".into())]);
         assert!(mounts("obs://b/a:/cache/a").is_err());
-        assert!(engine("mmap").unwrap_err().0.contains("io_uring"));
+        assert!(io_engine("mmap").unwrap_err().0.contains("io_uring"));
     }
 
     #[test]
@@ -274,15 +274,15 @@ mod tests {
 
     #[test]
     fn kind_parses() {
-        assert_eq!("auto".parse(), Ok(EngineKind::Auto));
-        assert_eq!("io_uring".parse(), Ok(EngineKind::IoUring));
-        assert_eq!("URING".parse(), Ok(EngineKind::IoUring));
-        assert_eq!("pread".parse(), Ok(EngineKind::Pread));
-        let err = "mmap".parse::<EngineKind>().unwrap_err();
-        assert_eq!(err, UnknownEngine { text: "mmap".into() });
+        assert_eq!("auto".parse(), Ok(IoEngineKind::Auto));
+        assert_eq!("io_uring".parse(), Ok(IoEngineKind::IoUring));
+        assert_eq!("URING".parse(), Ok(IoEngineKind::IoUring));
+        assert_eq!("pread".parse(), Ok(IoEngineKind::Pread));
+        let err = "mmap".parse::<IoEngineKind>().unwrap_err();
+        assert_eq!(err, UnknownIoEngine { text: "mmap".into() });
         let err = err.to_string();
         assert!(err.contains("mmap") && err.contains("pread"), "{err}");
-        for kind in [EngineKind::Auto, EngineKind::IoUring, EngineKind::Pread] {
+        for kind in [IoEngineKind::Auto, IoEngineKind::IoUring, IoEngineKind::Pread] {
             assert_eq!(kind.to_string().parse(), Ok(kind));
         }
     }

@@ -199,13 +199,13 @@ fn the_pread_engine_can_be_selected_and_serves_the_same_cache() {
     let url = format!("s3://{bucket}/z");
     assert_eq!(fleet.client(CS).read(&url).unwrap(), want);
     fleet.wait_cached(6);
-    let engine = |fleet: &Fleet| fleet.status()["slots"][0]["io_engine"].as_str().unwrap().to_string();
-    assert_eq!(engine(&fleet), "io_uring", "auto picks io_uring where the kernel allows it");
+    let io_engine = |fleet: &Fleet| fleet.status()["slots"][0]["io_engine"].as_str().unwrap().to_string();
+    assert_eq!(io_engine(&fleet), "io_uring", "auto picks io_uring where the kernel allows it");
     let gets = moto().gets_settled(&bucket);
     fleet.stop_proxy();
     let out = fleet.memarts(&["start_proxy", "2", "--io-engine", "pread"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(engine(&fleet), "pread");
+    assert_eq!(io_engine(&fleet), "pread");
     assert_eq!(fleet.client(CS).read(&url).unwrap(), want);
     assert_eq!(moto().gets_settled(&bucket), gets, "chunks written by io_uring are served by pread");
 }

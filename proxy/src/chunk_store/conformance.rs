@@ -1,6 +1,6 @@
 //! Conformance suite: every case is an async function taking `Arc<dyn IoEngine>`, and the
 //! `conformance!` macro runs each one against both [`PreadEngine`] and [`UringEngine`]. This
-//! file holds the engine-level cases; `conformance_store.rs` holds the `ChunkStore` ones.
+//! file holds the I/O-engine-level cases; `conformance_store.rs` holds the `ChunkStore` ones.
 
 use std::fs::File;
 use std::io;
@@ -40,39 +40,39 @@ fn temp_file(dir: &tempfile::TempDir, name: &str) -> Arc<File> {
 
 const SIZES: [usize; 8] = [0, 1, 4095, 4096, 4097, 1 << 20, (1 << 20) + 1, 8 << 20];
 
-async fn round_trip_sizes(engine: Arc<dyn IoEngine>) {
+async fn round_trip_sizes(io: Arc<dyn IoEngine>) {
     let dir = tempfile::tempdir().unwrap();
     for (i, &len) in SIZES.iter().enumerate() {
         for offset in [0u64, 4096, 4097] {
             let file = temp_file(&dir, &format!("f{i}-{offset}"));
             let data = pattern(len, i as u64 + offset);
-            engine.write_at(Arc::clone(&file), offset, Bytes::from(data.clone())).await.unwrap();
-            engine.fsync(Arc::clone(&file), true).await.unwrap();
+            io.write_at(Arc::clone(&file), offset, Bytes::from(data.clone())).await.unwrap();
+            io.fsync(Arc::clone(&file), true).await.unwrap();
             assert_eq!(file.metadata().unwrap().len(), if len == 0 { 0 } else { offset + len as u64 });
-            let read = engine.read_at(Arc::clone(&file), offset, len).await.unwrap();
+            let read = io.read_at(Arc::clone(&file), offset, len).await.unwrap();
             assert_eq!(read.len(), len);
             assert!(read == data, "round trip of {len} bytes at {offset} differs");
             if offset > 0 && len > 0 {
-                let hole = engine.read_at(Arc::clone(&file), 0, offset as usize).await.unwrap();
+                let hole = io.read_at(Arc::clone(&file), 0, offset as usize).await.unwrap();
                 assert!(hole.iter().all(|&b| b == 0));
             }
         }
     }
 }
 
-async fn read_past_eof_is_unexpected_eof(engine: Arc<dyn IoEngine>) {
+async fn read_past_eof_is_unexpected_eof(io: Arc<dyn IoEngine>) {
     let dir = tempfile::tempdir().unwrap();
     let file = temp_file(&dir, "short");
-    engine.write_at(Arc::clone(&file), 0, Bytes::from(pattern(10_000, 1))).await.unwrap();
+    io.write_at(Arc::clone(&file), 0, Bytes::from(pattern(10_000, 1))).await.unwrap();
     for (offset, len) in [(0, 10_001), (9_999, 2), (10_000, 1), (1 << 30, 4096), (5_000, 1 << 20)] {
-        let err = engine.read_at(Arc::clone(&file), offset, len).await.expect_err("read past EOF");
+        let err = io.read_at(Arc::clone(&file), offset, len).await.expect_err("read past EOF");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "offset {offset} len {len}: {err}");
     }
-    assert_eq!(engine.read_at(Arc::clone(&file), 10_000, 0).await.unwrap(), Vec::<u8>::new());
-    assert_eq!(engine.read_at(file, 9_990, 10).await.unwrap(), pattern(10_000, 1)[9_990..]);
+    assert_eq!(io.read_at(Arc::clone(&file), 10_000, 0).await.unwrap(), Vec::<u8>::new());
+    assert_eq!(io.read_at(file, 9_990, 10).await.unwrap(), pattern(10_000, 1)[9_990..]);
 }
 
-async fn many_concurrent_ops(engine: Arc<dyn IoEngine>) {
+async fn many_concurrent_ops(io: Arc<dyn IoEngine>) {
     const OPS: usize = 256;
     const LEN: usize = 8192 + 17;
     let dir = tempfile::tempdir().unwrap();
@@ -80,16 +80,15 @@ async fn many_concurrent_ops(engine: Arc<dyn IoEngine>) {
     let writes: Vec<_> = (0..OPS)
         .map(|i| {
             let data = Bytes::from(pattern(LEN, i as u64));
-            tokio::spawn(engine.write_at(Arc::clone(&shared), (i * LEN) as u64, data))
+            tokio::spawn(io.write_at(Arc::clone(&shared), (i * LEN) as u64, data))
         })
         .collect();
     for write in writes {
         write.await.unwrap().unwrap();
     }
-    let syncs: Vec<_> = (0..8).map(|i| tokio::spawn(engine.fsync(Arc::clone(&shared), i % 2 == 0))).collect();
-    let reads: Vec<_> = (0..OPS)
-        .map(|i| (i, tokio::spawn(engine.read_at(Arc::clone(&shared), (i * LEN) as u64, LEN))))
-        .collect();
+    let syncs: Vec<_> = (0..8).map(|i| tokio::spawn(io.fsync(Arc::clone(&shared), i % 2 == 0))).collect();
+    let reads: Vec<_> =
+        (0..OPS).map(|i| (i, tokio::spawn(io.read_at(Arc::clone(&shared), (i * LEN) as u64, LEN)))).collect();
     for (i, read) in reads {
         assert!(read.await.unwrap().unwrap() == pattern(LEN, i as u64), "read {i} differs");
     }
@@ -99,12 +98,12 @@ async fn many_concurrent_ops(engine: Arc<dyn IoEngine>) {
     // Many files at once, each with its own fd, mixing all three operations.
     let tasks: Vec<_> = (0..OPS)
         .map(|i| {
-            let (engine, file) = (Arc::clone(&engine), temp_file(&dir, &format!("own{i}")));
+            let (io, file) = (Arc::clone(&io), temp_file(&dir, &format!("own{i}")));
             tokio::spawn(async move {
                 let data = pattern(4096 + i, i as u64 + 1000);
-                engine.write_at(Arc::clone(&file), 0, Bytes::from(data.clone())).await?;
-                engine.fsync(Arc::clone(&file), true).await?;
-                let back = engine.read_at(file, 0, data.len()).await?;
+                io.write_at(Arc::clone(&file), 0, Bytes::from(data.clone())).await?;
+                io.fsync(Arc::clone(&file), true).await?;
+                let back = io.read_at(file, 0, data.len()).await?;
                 io::Result::Ok(back == data)
             })
         })
@@ -114,14 +113,14 @@ async fn many_concurrent_ops(engine: Arc<dyn IoEngine>) {
     }
 }
 
-async fn dropped_futures_do_not_disturb_others(engine: Arc<dyn IoEngine>) {
+async fn dropped_futures_do_not_disturb_others(io: Arc<dyn IoEngine>) {
     let dir = tempfile::tempdir().unwrap();
     let file = temp_file(&dir, "f");
-    engine.write_at(Arc::clone(&file), 0, Bytes::from(pattern(1 << 20, 9))).await.unwrap();
+    io.write_at(Arc::clone(&file), 0, Bytes::from(pattern(1 << 20, 9))).await.unwrap();
     for _ in 0..64 {
-        drop(engine.read_at(Arc::clone(&file), 0, 1 << 20));
+        drop(io.read_at(Arc::clone(&file), 0, 1 << 20));
     }
-    assert!(engine.read_at(file, 0, 1 << 20).await.unwrap() == pattern(1 << 20, 9));
+    assert!(io.read_at(file, 0, 1 << 20).await.unwrap() == pattern(1 << 20, 9));
 }
 
 macro_rules! conformance {

@@ -1,4 +1,4 @@
-//! Conformance cases for [`ChunkStore`], each taking the engine under test; run against
+//! Conformance cases for [`ChunkStore`], each taking the I/O engine under test; run against
 //! both engines by the `conformance!` macro in `conformance.rs`.
 
 use std::collections::BTreeSet;
@@ -24,8 +24,8 @@ fn key(name: &str, index: u64) -> ChunkKey {
     }
 }
 
-fn open(root: &Path, engine: &Arc<dyn IoEngine>) -> ChunkStore {
-    ChunkStore::open(root, Arc::clone(engine)).unwrap()
+fn open(root: &Path, io: &Arc<dyn IoEngine>) -> ChunkStore {
+    ChunkStore::open(root, Arc::clone(io)).unwrap()
 }
 
 fn mode(path: &Path) -> u32 {
@@ -37,17 +37,17 @@ fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, StoreError>) {
 }
 
 /// Puts a 5000-byte chunk and returns the store, its key and its path.
-async fn stored(root: &Path, engine: &Arc<dyn IoEngine>) -> (ChunkStore, ChunkKey, std::path::PathBuf) {
-    let store = open(root, engine);
+async fn stored(root: &Path, io: &Arc<dyn IoEngine>) -> (ChunkStore, ChunkKey, std::path::PathBuf) {
+    let store = open(root, io);
     let k = key("victim", 0);
     store.put(&k, Bytes::from(pattern(5000, 5)), 0, false).await.unwrap();
     let path = store.path_of(k.id());
     (store, k, path)
 }
 
-pub(super) async fn put_get_read_round_trip(engine: Arc<dyn IoEngine>) {
+pub(super) async fn put_get_read_round_trip(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let store = open(root.path(), &engine);
+    let store = open(root.path(), &io);
     assert!(store.get(&key("absent", 0)).await.unwrap().is_none());
     for (i, len) in [0usize, 1, 4095, 4096, 4097, 1 << 20].into_iter().enumerate() {
         let k = key("obj", i as u64);
@@ -67,9 +67,9 @@ pub(super) async fn put_get_read_round_trip(engine: Arc<dyn IoEngine>) {
     assert_eq!(fs::read_dir(root.path().join("v1/tmp")).unwrap().count(), 0);
 }
 
-pub(super) async fn data_flip_is_corrupt(engine: Arc<dyn IoEngine>) {
+pub(super) async fn data_flip_is_corrupt(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let (store, k, path) = stored(root.path(), &engine).await;
+    let (store, k, path) = stored(root.path(), &io).await;
     let file = OpenOptions::new().write(true).open(&path).unwrap();
     file.write_all_at(&[!pattern(5000, 5)[1234]], 4096 + 1234).unwrap();
     let chunk = store.get(&k).await.unwrap().expect("header still fine");
@@ -78,10 +78,10 @@ pub(super) async fn data_flip_is_corrupt(engine: Arc<dyn IoEngine>) {
     assert!(store.get(&k).await.unwrap().is_none());
 }
 
-pub(super) async fn header_flip_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+pub(super) async fn header_flip_is_corrupt_and_removed(io: Arc<dyn IoEngine>) {
     for at in [0u64, 9, 17, 25, 30, 40, 80, 127] {
         let root = tempfile::tempdir().unwrap();
-        let (store, k, path) = stored(root.path(), &engine).await;
+        let (store, k, path) = stored(root.path(), &io).await;
         let file = OpenOptions::new().read(true).write(true).open(&path).unwrap();
         let mut byte = [0u8];
         file.read_exact_at(&mut byte, at).unwrap();
@@ -91,27 +91,27 @@ pub(super) async fn header_flip_is_corrupt_and_removed(engine: Arc<dyn IoEngine>
     }
 }
 
-pub(super) async fn truncation_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+pub(super) async fn truncation_is_corrupt_and_removed(io: Arc<dyn IoEngine>) {
     for len in [4096 + 4999, 4096, 100, 31, 7] {
         let root = tempfile::tempdir().unwrap();
-        let (store, k, path) = stored(root.path(), &engine).await;
+        let (store, k, path) = stored(root.path(), &io).await;
         OpenOptions::new().write(true).open(&path).unwrap().set_len(len).unwrap();
         assert_corrupt(store.get(&k).await);
         assert!(!path.exists(), "file truncated to {len} removed");
     }
 }
 
-pub(super) async fn zero_length_file_is_corrupt(engine: Arc<dyn IoEngine>) {
+pub(super) async fn zero_length_file_is_corrupt(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let (store, k, path) = stored(root.path(), &engine).await;
+    let (store, k, path) = stored(root.path(), &io).await;
     fs::write(&path, b"").unwrap();
     assert_corrupt(store.get(&k).await);
     assert!(!path.exists());
 }
 
-pub(super) async fn other_keys_file_is_corrupt(engine: Arc<dyn IoEngine>) {
+pub(super) async fn other_keys_file_is_corrupt(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let (store, k, path) = stored(root.path(), &engine).await;
+    let (store, k, path) = stored(root.path(), &io).await;
     let other = key("other", 7);
     let other_path = store.path_of(other.id());
     fs::create_dir_all(other_path.parent().unwrap()).unwrap();
@@ -121,9 +121,9 @@ pub(super) async fn other_keys_file_is_corrupt(engine: Arc<dyn IoEngine>) {
     assert!(store.get(&k).await.unwrap().is_some(), "the real chunk is untouched");
 }
 
-pub(super) async fn scan_skips_foreign_files(engine: Arc<dyn IoEngine>) {
+pub(super) async fn scan_skips_foreign_files(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let (store, k, path) = stored(root.path(), &engine).await;
+    let (store, k, path) = stored(root.path(), &io).await;
     let chunks = root.path().join("v1/chunks");
     let hex = k.id().to_hex();
     let leaf = path.parent().unwrap();
@@ -151,9 +151,9 @@ pub(super) async fn scan_skips_foreign_files(engine: Arc<dyn IoEngine>) {
     assert!(foreign.iter().all(|f| f.exists()), "foreign files are never deleted");
 }
 
-pub(super) async fn open_removes_stale_temp_files(engine: Arc<dyn IoEngine>) {
+pub(super) async fn open_removes_stale_temp_files(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    drop(open(root.path(), &engine));
+    drop(open(root.path(), &io));
     let tmp = root.path().join("v1/tmp");
     // A writer that has exited, and one that still runs (another slot sharing the root).
     let mut child = std::process::Command::new("true").spawn().unwrap();
@@ -166,16 +166,16 @@ pub(super) async fn open_removes_stale_temp_files(engine: Arc<dyn IoEngine>) {
     fs::write(&busy, b"being written").unwrap();
     fs::create_dir(tmp.join("subdir")).unwrap();
     fs::write(tmp.join("subdir/keep"), b"x").unwrap();
-    let store = open(root.path(), &engine);
+    let store = open(root.path(), &io);
     assert!(!stale.exists(), "a dead writer's temp file is removed");
     assert!(busy.exists(), "a live writer's temp file is kept");
     assert!(tmp.join("subdir/keep").exists(), "only regular files directly in tmp/ are removed");
     assert_eq!(store.scan().count(), 0);
 }
 
-pub(super) async fn scan_finds_exactly_the_chunks_put(engine: Arc<dyn IoEngine>) {
+pub(super) async fn scan_finds_exactly_the_chunks_put(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let store = open(root.path(), &engine);
+    let store = open(root.path(), &io);
     let mut expected = BTreeSet::new();
     let mut total = 0;
     for i in 0..40u64 {
@@ -194,9 +194,9 @@ pub(super) async fn scan_finds_exactly_the_chunks_put(engine: Arc<dyn IoEngine>)
     assert_eq!(store.scan().count(), 39);
 }
 
-pub(super) async fn concurrent_puts_of_one_key(engine: Arc<dyn IoEngine>) {
+pub(super) async fn concurrent_puts_of_one_key(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let store = Arc::new(open(root.path(), &engine));
+    let store = Arc::new(open(root.path(), &io));
     let k = key("contended", 3);
     let data = Bytes::from(pattern(64 * 1024 + 3, 77));
     let puts: Vec<_> = (0..100)
@@ -215,9 +215,9 @@ pub(super) async fn concurrent_puts_of_one_key(engine: Arc<dyn IoEngine>) {
     assert_eq!(fs::read_dir(root.path().join("v1/tmp")).unwrap().count(), 0);
 }
 
-pub(super) async fn oversized_key_is_refused(engine: Arc<dyn IoEngine>) {
+pub(super) async fn oversized_key_is_refused(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let store = open(root.path(), &engine);
+    let store = open(root.path(), &io);
     let k = key(&"k".repeat(format::MAX_IDENTITY_LEN), 0);
     let result = store.put(&k, Bytes::from_static(b"x"), 0, false).await;
     assert!(matches!(result, Err(StoreError::KeyTooLarge { .. })), "{result:?}");
@@ -241,10 +241,10 @@ fn put_non_file(kind: &str, path: &Path, root: &Path) {
 /// Something other than a regular file where a chunk file should be — a directory, a named pipe, a
 /// symlink to a directory — is corrupt: reported at once (opening a pipe would wait for a writer
 /// forever), removed, and the chunk can be stored there again.
-pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(io: Arc<dyn IoEngine>) {
     for kind in ["directory", "named pipe", "symlink to a directory"] {
         let root = tempfile::tempdir().unwrap();
-        let (store, k, path) = stored(root.path(), &engine).await;
+        let (store, k, path) = stored(root.path(), &io).await;
         put_non_file(kind, &path, root.path());
         let Ok(got) = tokio::time::timeout(std::time::Duration::from_secs(5), store.get(&k)).await else {
             // Let an open blocked on the pipe return, so the runtime can shut down.
@@ -263,10 +263,10 @@ pub(super) async fn non_file_at_chunk_path_is_corrupt_and_removed(engine: Arc<dy
 
 /// A well-formed chunk file of another owner (S9: no slot wrote it; whoever could plant it chose
 /// its bytes, and its CRC32C checks out) is corrupt: never read, removed, stored again.
-pub(super) async fn a_chunk_file_of_another_owner_is_corrupt_and_removed(engine: Arc<dyn IoEngine>) {
+pub(super) async fn a_chunk_file_of_another_owner_is_corrupt_and_removed(io: Arc<dyn IoEngine>) {
     assert!(nix::unistd::geteuid().is_root(), "this case chowns a chunk file: run it as root (CI does)");
     let root = tempfile::tempdir().unwrap();
-    let (store, k, path) = stored(root.path(), &engine).await;
+    let (store, k, path) = stored(root.path(), &io).await;
     nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
     assert_corrupt(store.get(&k).await);
     assert!(fs::symlink_metadata(&path).is_err(), "the foreign file was removed");
@@ -278,10 +278,10 @@ pub(super) async fn a_chunk_file_of_another_owner_is_corrupt_and_removed(engine:
 /// A fill of a chunk whose path holds a directory (or a symlink, or a pipe) that no read has met
 /// yet (the index rebuild skips such entries, so a read goes to the origin without looking): the
 /// fill replaces it, instead of failing on it for good.
-pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(engine: Arc<dyn IoEngine>) {
+pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(io: Arc<dyn IoEngine>) {
     for kind in ["directory", "named pipe", "symlink to a directory"] {
         let root = tempfile::tempdir().unwrap();
-        let (store, k, path) = stored(root.path(), &engine).await;
+        let (store, k, path) = stored(root.path(), &io).await;
         put_non_file(kind, &path, root.path());
         store
             .put(&k, Bytes::from(pattern(5001, 7)), 0, false)
@@ -298,9 +298,9 @@ pub(super) async fn put_over_a_non_file_at_chunk_path_replaces_it(engine: Arc<dy
 /// finds them marked `legacy`, a lookup finds one and moves it to its path (removing the directory
 /// it empties), `adopt_legacy` moves the others and removes the directories it empties (not one
 /// holding a foreign file); after it, lookups no longer look there.
-pub(super) async fn chunks_of_the_two_level_layout_are_found_and_moved(engine: Arc<dyn IoEngine>) {
+pub(super) async fn chunks_of_the_two_level_layout_are_found_and_moved(io: Arc<dyn IoEngine>) {
     let root = tempfile::tempdir().unwrap();
-    let store = open(root.path(), &engine);
+    let store = open(root.path(), &io);
     let mut data = Vec::new();
     for i in 0..20u64 {
         let (k, d) = (key(&format!("old-{i}"), i), pattern(3000 + i as usize * 100, i));

@@ -75,8 +75,8 @@ async fn a_put_stopped_at_any_step_leaves_nothing_visible_and_its_temp_file_goes
         let root = tempfile::tempdir().unwrap();
         let reached = Arc::new(Notify::new());
         let (release, released) = mpsc::channel();
-        let engine = StopsAt { whole, reached: Arc::clone(&reached), release: Mutex::new(released) };
-        let store = Arc::new(ChunkStore::open(root.path(), Arc::new(engine)).unwrap());
+        let io = StopsAt { whole, reached: Arc::clone(&reached), release: Mutex::new(released) };
+        let store = Arc::new(ChunkStore::open(root.path(), Arc::new(io)).unwrap());
         let put = {
             let (store, data) = (Arc::clone(&store), data.clone());
             tokio::spawn(async move { store.put(&key(), data, 0, true).await })

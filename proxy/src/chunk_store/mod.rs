@@ -4,16 +4,16 @@
 //!   file format (checksummed header bound to the key, page-aligned data), and [`mod@verify`], the
 //!   checks a chunk file passes. They live in `memarts_disk::chunk_file`, since shims read and
 //!   check chunk files too (a local hit), by the same rules.
-//! - [`IoEngine`] (`engine.rs`): async positional I/O with owned buffers, implemented by
+//! - [`IoEngine`] (`io_engine.rs`): async positional I/O with owned buffers, implemented by
 //!   [`UringEngine`] (`uring.rs`, `uring_ring.rs`: one thread owning an io_uring) and
 //!   [`PreadEngine`] (`pread.rs`: blocking syscalls on tokio's blocking pool);
-//!   [`select_engine`] picks one, falling back to pread where io_uring is refused.
+//!   [`select_io_engine`] picks one, falling back to pread where io_uring is refused.
 //! - [`ChunkStore`] (`store.rs`): put / get / read_verified / remove on the cache root, with the
 //!   careful file operations (publish by rename, leftovers of dead writers) in `files.rs`, and
 //!   [`Scan`] (`scan.rs`) to walk what is on disk.
 
-mod engine;
 mod files;
+mod io_engine;
 mod pread;
 mod scan;
 mod store;
@@ -27,8 +27,9 @@ mod conformance_store;
 #[cfg(test)]
 mod crash_tests;
 
-pub use engine::{
-    select_engine, select_engine_with, BoxFuture, EngineKind, IoEngine, UnknownEngine, DEFAULT_URING_ENTRIES,
+pub use io_engine::{
+    select_io_engine, select_io_engine_with, BoxFuture, IoEngine, IoEngineKind, UnknownIoEngine,
+    DEFAULT_URING_ENTRIES,
 };
 pub use memarts_disk::chunk_file::format::{FormatError, Header};
 pub use memarts_disk::chunk_file::{format, verify};

@@ -1,6 +1,6 @@
 //! `PreadEngine`: the portable [`IoEngine`], running blocking `pread`/`pwrite`/`fsync` on
 //! tokio's blocking thread pool. Used where io_uring is unavailable (old kernels, seccomp); its
-//! [`write_all_vectored_at`] fills every new chunk file, whatever the engine (`store.rs` says why).
+//! [`write_all_vectored_at`] fills every new chunk file, whatever the I/O engine (`store.rs` says why).
 //!
 //! Operations start when their future is first polled, which must happen inside a tokio
 //! runtime. Read buffers are zero-filled before reading (simple and safe; the cost is small
@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::engine::{BoxFuture, IoEngine};
+use super::io_engine::{BoxFuture, IoEngine};
 
 /// The [`IoEngine`] built on blocking positional syscalls.
 #[derive(Clone, Copy, Debug, Default)]

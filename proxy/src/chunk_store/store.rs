@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::engine::IoEngine;
 use super::files::{describe, publish, remove_entry, rename_into, writer_alive};
 use super::format::{self, FormatError};
+use super::io_engine::IoEngine;
 use super::pread::run_blocking;
 use super::scan::Scan;
 use super::verify;
@@ -79,7 +79,7 @@ pub struct ChunkStore {
     root: PathBuf,
     chunks: PathBuf,
     tmp: PathBuf,
-    engine: Arc<dyn IoEngine>,
+    io: Arc<dyn IoEngine>,
     next_tmp: AtomicU64,
     /// Whether chunks may still be at their two-level layout paths (until the rebuild moved them).
     legacy: AtomicBool,
@@ -88,14 +88,14 @@ pub struct ChunkStore {
 impl ChunkStore {
     /// Opens the store on the cache root `root`, checked first ([`CacheRoot::open`]: refused, with
     /// nothing in it touched, unless the cache dir may be trusted). Blocking.
-    pub fn open(root: impl AsRef<Path>, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
-        ChunkStore::open_in(&CacheRoot::open(root.as_ref())?, engine)
+    pub fn open(root: impl AsRef<Path>, io: Arc<dyn IoEngine>) -> io::Result<Self> {
+        ChunkStore::open_in(&CacheRoot::open(root.as_ref())?, io)
     }
 
     /// Creates `v1/chunks` and `v1/tmp` in the checked cache root `tree` if needed and removes
     /// leftover temp files of processes that no longer run (regular files directly in `tmp/`,
     /// nothing else), through the checked descriptor of `tmp`. Blocking.
-    pub fn open_in(tree: &CacheRoot, engine: Arc<dyn IoEngine>) -> io::Result<Self> {
+    pub fn open_in(tree: &CacheRoot, io: Arc<dyn IoEngine>) -> io::Result<Self> {
         let root = tree.path().to_path_buf();
         let chunks = memarts_disk::chunk_file::chunks_dir(&root);
         let tmp = tree.path_of("tmp");
@@ -104,22 +104,15 @@ impl ChunkStore {
         if removed > 0 {
             tracing::info!(removed, dir = %tmp.display(), "removed leftover chunk temp files");
         }
-        Ok(ChunkStore {
-            root,
-            chunks,
-            tmp,
-            engine,
-            next_tmp: AtomicU64::new(0),
-            legacy: AtomicBool::new(true),
-        })
+        Ok(ChunkStore { root, chunks, tmp, io, next_tmp: AtomicU64::new(0), legacy: AtomicBool::new(true) })
     }
 
     pub fn root(&self) -> &Path {
         &self.root
     }
 
-    pub fn engine(&self) -> &Arc<dyn IoEngine> {
-        &self.engine
+    pub fn io(&self) -> &Arc<dyn IoEngine> {
+        &self.io
     }
 
     /// Where the chunk `id` lives (whether or not it exists).
@@ -175,7 +168,7 @@ impl ChunkStore {
     ///
     /// The whole file (create the temp file, write header and data with one `pwritev`, fdatasync
     /// when `durable`, rename into place) is one task on the blocking pool: a fill of a small
-    /// chunk used to take four thread hops (create, two engine writes, rename), and on a 2-core
+    /// chunk used to take four thread hops (create, two I/O engine writes, rename), and on a 2-core
     /// machine under a cold epoch those wake-ups were a large part of the proxies' CPU.
     pub async fn put_checked(
         &self,
@@ -191,11 +184,11 @@ impl ChunkStore {
         let on_disk = format::round_up((header.len() + data.len()) as u64);
         let serial = self.next_tmp.fetch_add(1, Ordering::Relaxed);
         let tmp = self.tmp.join(format!("{}.{}.{serial}.tmp", id.to_hex(), std::process::id()));
-        let (dest, chunks, engine) = (self.path_of(id), self.chunks.clone(), Arc::clone(&self.engine));
+        let (dest, chunks, io) = (self.path_of(id), self.chunks.clone(), Arc::clone(&self.io));
         run_blocking(move || {
             let file =
                 OpenOptions::new().read(true).write(true).create_new(true).mode(FILE_MODE).open(&tmp)?;
-            let written = engine
+            let written = io
                 .write_parts_blocking(&file, 0, &[&header, &data])
                 .and_then(|()| if durable { file.sync_data() } else { Ok(()) })
                 .and_then(|()| publish(&tmp, &dest, &chunks, durable));
@@ -300,12 +293,12 @@ impl ChunkStore {
         identity: &[u8],
     ) -> io::Result<Result<verify::Data, verify::Invalid>> {
         let first = file_len.min(format::ALIGN) as usize;
-        let bytes = self.engine.read_at(Arc::clone(file), 0, first).await?;
+        let bytes = self.io.read_at(Arc::clone(file), 0, first).await?;
         let checked = match verify::header(&bytes, identity) {
             Err(verify::Invalid::Header(FormatError::Truncated { needed, .. }))
                 if needed > first && needed as u64 <= file_len =>
             {
-                let bytes = self.engine.read_at(Arc::clone(file), 0, needed).await?;
+                let bytes = self.io.read_at(Arc::clone(file), 0, needed).await?;
                 verify::header(&bytes, identity)
             }
             checked => checked,
@@ -317,7 +310,7 @@ impl ChunkStore {
     /// the file is removed and `Corrupt` returned.
     pub async fn read_verified(&self, chunk: &CachedChunk) -> Result<Vec<u8>, StoreError> {
         let len = usize::try_from(chunk.len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let data = match self.engine.read_at(Arc::clone(&chunk.file), chunk.data_offset, len).await {
+        let data = match self.io.read_at(Arc::clone(&chunk.file), chunk.data_offset, len).await {
             Ok(data) => data,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 return Err(self.discard(chunk.id, &chunk.file, "data truncated".into()).await);
@@ -383,6 +376,6 @@ impl ChunkStore {
 
 impl std::fmt::Debug for ChunkStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChunkStore").field("root", &self.root).field("engine", &self.engine.name()).finish()
+        f.debug_struct("ChunkStore").field("root", &self.root).field("io_engine", &self.io.name()).finish()
     }
 }

@@ -8,7 +8,7 @@
 //! costs one `write(2)`. Operations start when the method is called (not when the future is
 //! polled); dropping the future only discards the result.
 //!
-//! Dropping the engine sends a shutdown message; the ring thread finishes every operation
+//! Dropping the I/O engine sends a shutdown message; the ring thread finishes every operation
 //! already sent, then exits and is joined (so drop blocks until in-flight I/O completes).
 
 use std::fs::File;
@@ -22,7 +22,7 @@ use bytes::Bytes;
 use io_uring::{opcode, IoUring, Probe};
 use tokio::sync::oneshot;
 
-use super::engine::{BoxFuture, IoEngine};
+use super::io_engine::{BoxFuture, IoEngine};
 use super::uring_ring::RingDriver;
 
 /// Largest ring the kernel accepts (IORING_MAX_ENTRIES).
@@ -265,15 +265,15 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn idle_ring_thread_does_not_spin() {
-        let engine = UringEngine::new(8).unwrap();
+        let io = UringEngine::new(8).unwrap();
         let (_dir, file) = file_with(4096);
         for _ in 0..100 {
-            engine.read_at(Arc::clone(&file), 0, 4096).await.unwrap();
+            io.read_at(Arc::clone(&file), 0, 4096).await.unwrap();
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let before = engine.thread_cpu_time();
+        let before = io.thread_cpu_time();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let spent = engine.thread_cpu_time() - before;
+        let spent = io.thread_cpu_time() - before;
         assert!(spent < Duration::from_millis(10), "idle ring thread used {spent:?} of CPU in 300 ms");
     }
 
@@ -281,15 +281,15 @@ mod tests {
     /// (the coalescing flag must never swallow one): a lost wake shows up as a timeout.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn sequential_ops_from_many_tasks_never_stall() {
-        let engine = Arc::new(UringEngine::new(4).unwrap());
+        let io = Arc::new(UringEngine::new(4).unwrap());
         let (_dir, file) = file_with(64 * 1024);
         let tasks: Vec<_> = (0..8u64)
             .map(|t| {
-                let (engine, file) = (Arc::clone(&engine), Arc::clone(&file));
+                let (io, file) = (Arc::clone(&io), Arc::clone(&file));
                 tokio::spawn(async move {
                     for i in 0..2000u64 {
                         let offset = (t * 7919 + i * 4099) % (60 * 1024);
-                        assert_eq!(engine.read_at(Arc::clone(&file), offset, 512).await.unwrap().len(), 512);
+                        assert_eq!(io.read_at(Arc::clone(&file), offset, 512).await.unwrap().len(), 512);
                     }
                 })
             })
@@ -304,10 +304,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn drop_drains_in_flight_ops() {
-        let engine = UringEngine::new(4).unwrap();
+        let io = UringEngine::new(4).unwrap();
         let (_dir, file) = file_with(1 << 20);
-        let reads: Vec<_> = (0..64).map(|i| engine.read_at(Arc::clone(&file), i * 1024, 4096)).collect();
-        drop(engine);
+        let reads: Vec<_> = (0..64).map(|i| io.read_at(Arc::clone(&file), i * 1024, 4096)).collect();
+        drop(io);
         for read in reads {
             assert_eq!(read.await.unwrap(), vec![7u8; 4096]);
         }
@@ -315,12 +315,12 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn offsets_past_i64_max_are_refused() {
-        let engine = UringEngine::new(4).unwrap();
+        let io = UringEngine::new(4).unwrap();
         let (_dir, file) = file_with(1);
         for offset in [u64::MAX, i64::MAX as u64] {
-            let err = engine.read_at(Arc::clone(&file), offset, 1).await.unwrap_err();
+            let err = io.read_at(Arc::clone(&file), offset, 1).await.unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
-            let err = engine.write_at(Arc::clone(&file), offset, Bytes::from_static(b"x")).await.unwrap_err();
+            let err = io.write_at(Arc::clone(&file), offset, Bytes::from_static(b"x")).await.unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
         }
     }

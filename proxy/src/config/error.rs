@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use memarts_settings::size::SizeError;
-use memarts_settings::UnknownEngine;
+use memarts_settings::UnknownIoEngine;
 
 /// A configuration that cannot be used, naming the setting at fault.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,7 @@ pub enum ValueError {
     #[error(transparent)]
     Size(#[from] SizeError),
     #[error(transparent)]
-    Engine(#[from] UnknownEngine),
+    Engine(#[from] UnknownIoEngine),
     #[error(transparent)]
     Eviction(#[from] memarts_settings::UnknownEviction),
 }

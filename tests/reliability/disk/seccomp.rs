@@ -1,12 +1,12 @@
 //! io_uring refused by the kernel: the fleet starts under a seccomp filter that makes the io_uring
-//! syscalls fail with EPERM (as a container's default profile does), with the engine on `auto`. Every
+//! syscalls fail with EPERM (as a container's default profile does), with the I/O engine on `auto`. Every
 //! slot must fall back to the pread engine and serve readers byte-exact.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memarts_proxy::chunk_store::{select_engine, EngineKind};
+use memarts_proxy::chunk_store::{select_io_engine, IoEngineKind};
 
 use super::{LARGE, SMALL};
 use crate::common::seccomp::{deny_io_uring_in, is_filtered};
@@ -21,14 +21,14 @@ pub fn run(scale: Scale) -> Row {
     let mut row = Row::new("disk", "io_uring refused (seccomp)");
     let started = Instant::now();
     // Without the filter this kernel must give us io_uring, or the row would prove nothing.
-    if let Err(e) = select_engine(EngineKind::IoUring) {
+    if let Err(e) = select_io_engine(IoEngineKind::IoUring) {
         row.violate(format!(
             "io_uring is refused even without the filter ({e}): this fault cannot be injected"
         ));
         return row;
     }
     let data = Arc::new(Dataset::put("seccomp", scale.pick(16, 48), 1 << 20, 31));
-    // `auto` even when the environment forces an engine (make test's pread pass).
+    // `auto` even when the environment forces an I/O engine (make test's pread pass).
     let fleet = Fleet::new(&[("MEMARTS_IO_ENGINE", "auto")]);
     let out = deny_io_uring_in(&mut fleet.command(&["start_proxy", &SLOTS.to_string()]))
         .output()

@@ -1,5 +1,5 @@
 //! The [`IoEngine`] trait (positional file I/O with owned buffers, used as
-//! `Arc<dyn IoEngine>`), the [`EngineKind`] setting and [`select_engine`], which picks
+//! `Arc<dyn IoEngine>`), the [`IoEngineKind`] setting and [`select_io_engine`], which picks
 //! io_uring where the kernel allows it and falls back to pread otherwise.
 
 use std::fs::File;
@@ -16,14 +16,14 @@ use super::uring::UringEngine;
 /// A boxed, sendable, `'static` future (defined here to avoid the `futures` crate).
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
-/// Ring size used by [`select_engine`].
+/// Ring size used by [`select_io_engine`].
 pub const DEFAULT_URING_ENTRIES: u32 = 256;
 
-/// Asynchronous positional I/O on files, with owned buffers so that an engine can keep them
+/// Asynchronous positional I/O on files, with owned buffers so that an I/O engine can keep them
 /// alive for as long as the kernel may touch them. The `Arc<File>` keeps the descriptor open
 /// for the duration of the operation.
 ///
-/// Depending on the engine, an operation may be started when the method is called rather
+/// Depending on the I/O engine, an operation may be started when the method is called rather
 /// than when the future is first polled; dropping the future never cancels a started
 /// operation, it only discards the result.
 pub trait IoEngine: Send + Sync {
@@ -46,33 +46,33 @@ pub trait IoEngine: Send + Sync {
     /// Flushes the file to stable storage: `fdatasync` when `data_only`, else `fsync`.
     fn fsync(&self, file: Arc<File>, data_only: bool) -> BoxFuture<io::Result<()>>;
 
-    /// The engine's name: `"io_uring"` or `"pread"`.
+    /// The I/O engine's name: `"io_uring"` or `"pread"`.
     fn name(&self) -> &'static str;
 }
 
-pub use memarts_settings::{EngineKind, UnknownEngine};
+pub use memarts_settings::{IoEngineKind, UnknownIoEngine};
 
-/// Builds the engine for `kind`. The second value is set when `Auto` fell back to pread and
+/// Builds the I/O engine for `kind`. The second value is set when `Auto` fell back to pread and
 /// says why (log it). `IoUring` fails instead of falling back.
-pub fn select_engine(kind: EngineKind) -> io::Result<(Arc<dyn IoEngine>, Option<String>)> {
-    select_engine_with(kind, || UringEngine::new(DEFAULT_URING_ENTRIES))
+pub fn select_io_engine(kind: IoEngineKind) -> io::Result<(Arc<dyn IoEngine>, Option<String>)> {
+    select_io_engine_with(kind, || UringEngine::new(DEFAULT_URING_ENTRIES))
 }
 
-/// [`select_engine`] with the io_uring constructor injected (tests use it to simulate a
+/// [`select_io_engine`] with the io_uring constructor injected (tests use it to simulate a
 /// kernel or seccomp policy that refuses io_uring). `try_uring` is not called for `Pread`.
-pub fn select_engine_with(
-    kind: EngineKind,
+pub fn select_io_engine_with(
+    kind: IoEngineKind,
     try_uring: impl FnOnce() -> io::Result<UringEngine>,
 ) -> io::Result<(Arc<dyn IoEngine>, Option<String>)> {
     match kind {
-        EngineKind::Pread => Ok((Arc::new(PreadEngine::new()), None)),
-        EngineKind::IoUring => {
-            let engine = try_uring()
+        IoEngineKind::Pread => Ok((Arc::new(PreadEngine::new()), None)),
+        IoEngineKind::IoUring => {
+            let io = try_uring()
                 .map_err(|e| io::Error::new(e.kind(), format!("io_uring engine unavailable: {e}")))?;
-            Ok((Arc::new(engine), None))
+            Ok((Arc::new(io), None))
         }
-        EngineKind::Auto => match try_uring() {
-            Ok(engine) => Ok((Arc::new(engine), None)),
+        IoEngineKind::Auto => match try_uring() {
+            Ok(io) => Ok((Arc::new(io), None)),
             Err(e) => {
                 let reason = format!("io_uring unavailable ({e}); falling back to pread");
                 Ok((Arc::new(PreadEngine::new()), Some(reason)))
@@ -91,15 +91,15 @@ mod tests {
 
     #[test]
     fn auto_falls_back_to_pread_with_reason() {
-        let (engine, reason) = select_engine_with(EngineKind::Auto, eperm).unwrap();
-        assert_eq!(engine.name(), "pread");
+        let (io, reason) = select_io_engine_with(IoEngineKind::Auto, eperm).unwrap();
+        assert_eq!(io.name(), "pread");
         let reason = reason.expect("a fallback reason");
         assert!(reason.contains("not permitted"), "{reason}");
     }
 
     #[test]
     fn io_uring_kind_fails_instead_of_falling_back() {
-        let err = select_engine_with(EngineKind::IoUring, eperm).err().expect("an error");
+        let err = select_io_engine_with(IoEngineKind::IoUring, eperm).err().expect("an error");
         assert_eq!(err.raw_os_error(), None);
         assert_eq!(err.kind(), io::ErrorKind::PermissionDenied);
         assert!(err.to_string().contains("io_uring"), "{err}");
@@ -107,14 +107,14 @@ mod tests {
 
     #[test]
     fn pread_kind_never_tries_uring() {
-        let (engine, reason) =
-            select_engine_with(EngineKind::Pread, || panic!("must not be called")).unwrap();
-        assert_eq!((engine.name(), reason), ("pread", None));
+        let (io, reason) =
+            select_io_engine_with(IoEngineKind::Pread, || panic!("must not be called")).unwrap();
+        assert_eq!((io.name(), reason), ("pread", None));
     }
 
     #[test]
     fn auto_uses_uring_when_it_works() {
-        let (engine, reason) = select_engine(EngineKind::Auto).unwrap();
-        assert_eq!((engine.name(), reason), ("io_uring", None));
+        let (io, reason) = select_io_engine(IoEngineKind::Auto).unwrap();
+        assert_eq!((io.name(), reason), ("io_uring", None));
     }
 }

@@ -1,4 +1,4 @@
-//! io_uring refused by the kernel, as under a container's seccomp profile: with the engine on `auto`
+//! io_uring refused by the kernel, as under a container's seccomp profile: with the I/O engine on `auto`
 //! the proxies fall back to the pread engine, say why, and serve and cache as usual.
 //!
 //! `memarts start_proxy` runs under the filter of `common/seccomp.rs` (the three io_uring syscalls
@@ -6,7 +6,7 @@
 
 use std::process::Output;
 
-use memarts_proxy::chunk_store::{select_engine, EngineKind};
+use memarts_proxy::chunk_store::{select_io_engine, IoEngineKind};
 
 use crate::common::seccomp::{deny_io_uring_in, is_filtered};
 use crate::common::{moto, pattern, text, Fleet};
@@ -20,7 +20,7 @@ fn memarts_without_io_uring(fleet: &Fleet, args: &[&str]) -> Output {
 
 /// Without the filter this kernel gives us io_uring; otherwise the tests below would prove nothing.
 fn assert_io_uring_works_unfiltered() {
-    if let Err(e) = select_engine(EngineKind::IoUring) {
+    if let Err(e) = select_io_engine(IoEngineKind::IoUring) {
         panic!("io_uring is refused even without our filter ({e}); this test needs a kernel that allows it");
     }
 }
