@@ -116,7 +116,7 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
         return;
     }
     let path = memarts_disk::layout::meta_table_path(&cfg.run_dir, slot);
-    if let Err(e) = engine.publish_metadata(path.clone()) {
+    if let Err(e) = engine.metadata().cache().publish_at(path.clone()) {
         tracing::warn!("no local hits: cannot create {}: {e}", path.display());
         return;
     }
@@ -126,7 +126,7 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
         return;
     }
     let path = memarts_disk::layout::resident_table_path(&cfg.run_dir, slot);
-    if let Err(e) = engine.publish_residents(&path, budget) {
+    if let Err(e) = engine.disk().publish_residents(&path, budget) {
         tracing::warn!(
             "no resident chunks (local reads check every byte): cannot create {}: {e}",
             path.display()

@@ -3,7 +3,6 @@
 //! ranged GET instead of a HEAD and then a GET, which halves the round trips of a cold small file.
 
 use std::ops::Range;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use memarts_protocol::{
@@ -151,9 +150,9 @@ impl Engine {
         // way and will fetch chunk 0: join it rather than fetch chunk 0 a second time (R3).
         let asking = self.metadata.asking_about(url);
         owner_slot(u128::from(placement) << 64, self.info.slots) == self.info.slot
-            && self.index_ready.load(Ordering::Acquire)
+            && self.disk.index_ready()
             && !asking
-            && !self.index().has_placement(placement)
+            && !self.disk.index().has_placement(placement)
     }
 
     /// Tier `StillCold` (`miss.rs`): the object was cold when the caller looked, but another first
@@ -222,7 +221,7 @@ impl Engine {
                 // One that joined a prefetch's staging of it has what was staged (`staging.rs`).
                 if let (Some(url), Some(etag)) = (joined_url, meta.etag.as_deref()) {
                     let id = ChunkKey::new(&url, etag, chunk_size, 0).id().0;
-                    self.index().forget_prefetch(id);
+                    self.disk.index().forget_prefetch(id);
                     self.staged.take(id);
                 }
                 Some(Ok((

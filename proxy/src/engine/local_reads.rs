@@ -11,17 +11,13 @@ use memarts_disk::chunk_file::ChunkId;
 
 use memarts_protocol::Touch;
 
-use super::{Engine, ReadBy};
+use super::disk_chunks::DiskChunks;
+use super::ReadBy;
 
-impl Engine {
-    /// Publishes the slot's metadata in a table at `path` from now on, for local hits.
-    pub fn publish_metadata(&self, path: std::path::PathBuf) -> std::io::Result<()> {
-        self.metadata.cache().publish_at(path)
-    }
-
+impl DiskChunks {
     /// Makes resident the chunks read locally from now on, at most `budget` bytes of them, publishing them in a
     /// table at `path` (`resident.rs`), and counts the reads noted there every `PINNED_READS_EVERY`
-    /// on the caller's runtime. Once per engine.
+    /// on the caller's runtime. Once per slot.
     pub fn publish_residents(self: &Arc<Self>, path: &std::path::Path, budget: u64) -> std::io::Result<()> {
         let resident = super::resident::ResidentChunks::create(path, budget)?;
         self.resident
@@ -29,11 +25,6 @@ impl Engine {
             .map_err(|_| std::io::Error::other("resident chunks are set up already"))?;
         spawn_counting_resident_reads(self);
         Ok(())
-    }
-
-    /// Bytes resident now and the slot's resident entry budget (0 and 0 without resident chunks).
-    pub fn resident_usage(&self) -> (u64, u64) {
-        self.resident.get().map_or((0, 0), |p| p.usage())
     }
 
     /// Lets go of chunk `id`'s resident entry, if it has one (it is being evicted or dropped).
@@ -44,7 +35,7 @@ impl Engine {
     }
 
     /// Counts chunks a client read directly as hits, for the counters and the eviction policy, as
-    /// [`Engine::read_chunk`] counts a hit it serves. A chunk the slot no longer holds (evicted
+    /// [`super::Engine::read_chunk`] counts a hit it serves. A chunk the slot no longer holds (evicted
     /// while the reader had its file open, or not indexed yet after a start) is not counted: its
     /// file is gone or will be found by the rebuild. Returns how many were counted.
     ///
@@ -75,9 +66,9 @@ impl Engine {
     }
 
     /// Counts the reads shims noted in the resident table since the last call (reads of resident chunks
-    /// are noted there, not reported: `memarts_disk::resident_table`), as [`Engine::touched`] counts
+    /// are noted there, not reported: `memarts_disk::resident_table`), as [`DiskChunks::touched`] counts
     /// reported ones: every `PINNED_READS_EVERY`, and before the counters are shown
-    /// ([`Engine::status`]). Returns how many reads were counted.
+    /// ([`super::Engine::status`]). Returns how many reads were counted.
     pub fn count_resident_reads(&self) -> u64 {
         let Some(resident) = self.resident.get() else { return 0 };
         let mut counted = 0;
@@ -117,18 +108,18 @@ const COUNTED_READS: u64 = 15;
 /// How often a slot counts the reads noted in its resident table.
 pub const PINNED_READS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Counts the reads noted in `engine`'s resident table every [`PINNED_READS_EVERY`], for as long as the
-/// engine lives, on the runtime of the caller (none: not at all).
-fn spawn_counting_resident_reads(engine: &Arc<Engine>) {
+/// Counts the reads noted in `disk`'s resident table every [`PINNED_READS_EVERY`], for as long as the
+/// slot's chunks live, on the runtime of the caller (none: not at all).
+fn spawn_counting_resident_reads(disk: &Arc<DiskChunks>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
-    let engine = Arc::downgrade(engine);
+    let disk = Arc::downgrade(disk);
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(PINNED_READS_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let Some(engine) = engine.upgrade() else { return };
-            engine.count_resident_reads();
+            let Some(disk) = disk.upgrade() else { return };
+            disk.count_resident_reads();
         }
     });
 }

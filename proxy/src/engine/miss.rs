@@ -251,7 +251,7 @@ impl Engine {
                 Some(Found::served(Ok(f)))
             }
             (Tier::Disk, Wanted::Chunk { key, .. }) => {
-                Some(Found::served(Ok(self.read_from_disk(key).await?)))
+                Some(Found::served(Ok(self.disk.read_whole(key).await?)))
             }
             (Tier::Staged, Wanted::Chunk { key, .. }) => {
                 Some(Found::kept(Ok(Got::chunk(self.staged.take(key.id().0)?))))
@@ -263,7 +263,7 @@ impl Engine {
                     return Some(Found::served(read));
                 }
                 // The turn to fill it came to this node: counted for admission now (`chunks.rs`).
-                miss.returning = self.count_read(id, miss.by);
+                miss.returning = self.disk.count_read(id, miss.by);
                 None
             }
             (Tier::StillCold, Wanted::First { flight }) => {
@@ -305,7 +305,7 @@ impl Engine {
             (Wanted::Chunk { key, .. }, Landing::Persist) => {
                 answer(found.got);
                 if let Some(g) = kept.filter(|_| !self.info.passthrough) {
-                    self.persist(key, key.id().0, g.data, miss.returning, None).await;
+                    self.disk.persist(key, key.id().0, g.data, miss.returning, None).await;
                 }
             }
             // Chunk 0 is on disk before anyone is answered: this fill is not in the chunk
@@ -318,8 +318,8 @@ impl Engine {
                     self.stats.misses.fetch_add(1, Ordering::Relaxed);
                     if !self.info.passthrough {
                         let key = miss.key_of(&g);
-                        let returning = self.count_read(key.id().0, miss.by);
-                        self.persist(&key, key.id().0, g.data, returning, Some(*flight)).await;
+                        let returning = self.disk.count_read(key.id().0, miss.by);
+                        self.disk.persist(&key, key.id().0, g.data, returning, Some(*flight)).await;
                     }
                 }
                 answer(found.got);

@@ -1,32 +1,33 @@
 //! The engine of a proxy slot: what one slot knows and does, behind the socket and above the disk.
+//! `Engine` routes: each read to its tiers, each request to the side that answers it.
 //!
 //! A chunk read is either a hit (the chunk file is on disk and its header binds it to the requested
 //! identity: the caller gets the open file to pass on) or a miss (one origin fetch per chunk however
 //! many readers wait for it; the bytes go to every waiter and then to disk). A chunk that fails a
 //! check is dropped, counted, and fetched again: bad bytes are never served.
 //!
-//! Layout (each file adds its part of `impl Engine`):
+//! Layout:
 //! - this file: the slot's state, its counters and what a read hands to the server;
 //! - `metadata/`: the metadata side ([`Metadata`]: `stat` with single-flight HEADs, revalidation
 //!   by listing directories, the stale fallback when the origin is down, snapshots kept across
-//!   graceful restarts); the chunk side asks it for versions, it asks the chunk side what it holds;
-//! - `chunks.rs`: chunk reads: hits (verified, from the open-file cache or the store), misses
-//!   filled in one flight, persistence within the capacity, dropping corrupt chunks;
-//! - `miss.rs`: the miss path: the tiers a fill walks in its single flight (a cold first read's
-//!   chunk 0, the disk, staging, peers, the origin) and where it lands (disk or staging);
-//! - `first_read.rs`: an object's metadata and chunk 0 in one round trip, in one GET when cold;
-//! - `rebuild.rs`: the background index rebuild after a start, and the default capacity;
-//! - `uploads.rs`: writes through the slot (to the origin, or memarts-only objects);
-//! - `peers.rs`: the cluster pool: chunks another node owns read from it, and reads served to peers;
-//! - `prefetch.rs`: objects clients hint they will read next, fetched ahead by adaptive fetchers;
-//! - `local_reads.rs`: local hits (shims reading chunk files themselves): the published metadata and
-//!   the reads they report;
-//! - `status.rs`: the counters as `memarts status` shows them;
-//! - `flight.rs` (single-flight), `index.rs` (chunk index: LRU order, byte accounting, promised
-//!   room), `eviction/` (what to keep: the policy behind a trait, `lru.rs` and `tinylfu.rs`),
-//!   `admission.rs` (the frequency sketch admission consults), `recency.rs` (last reads and the
-//!   slot's reuse distance, to tell a chunk no longer read), `open_chunks.rs` (open files of
-//!   recent hits).
+//!   graceful restarts); the engine asks it for versions, it asks the disk what it holds;
+//! - `disk_chunks.rs`: the chunks on the slot's disk ([`DiskChunks`]: hits verified, fetched
+//!   chunks persisted within the capacity, corrupt ones dropped), with `index.rs` (chunk index:
+//!   LRU order, byte accounting, promised room), `eviction/` (what to keep: the policy behind a
+//!   trait, `lru.rs` and `tinylfu.rs`), `admission.rs` (the frequency sketch admission consults),
+//!   `recency.rs` (last reads and the slot's reuse distance, to tell a chunk no longer read),
+//!   `open_chunks.rs` (open files of recent hits), `resident.rs` (chunks locked in memory for
+//!   local reads) and `local_reads.rs` (the reads shims report of the files they read themselves);
+//! - the rest adds its part of `impl Engine`: `chunks.rs` (chunk reads: a hit from the disk, else
+//!   a miss filled in one flight), `miss.rs` (the tiers a fill walks in its single flight: a cold
+//!   first read's chunk 0, the disk, staging, peers, the origin; and where it lands, disk or
+//!   staging), `first_read.rs` (an object's metadata and chunk 0 in one round trip, in one GET
+//!   when cold), `rebuild.rs` (the background index rebuild after a start, and the default
+//!   capacity), `uploads.rs` (writes through the slot, to the origin or memarts-only objects),
+//!   `peers.rs` (the cluster pool: chunks another node owns read from it, and reads served to
+//!   peers), `prefetch.rs` (objects clients hint they will read next, fetched ahead by adaptive
+//!   fetchers), `status.rs` and `metrics.rs` (the counters as `memarts status` and the metrics
+//!   show them); `flight.rs` is single-flight.
 
 mod admission;
 #[cfg(test)]
@@ -35,6 +36,7 @@ mod awaited;
 #[cfg(test)]
 mod budget_tests;
 mod chunks;
+mod disk_chunks;
 #[cfg(test)]
 mod disk_fault_tests;
 #[cfg(test)]
@@ -63,8 +65,8 @@ mod uploads;
 
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -75,6 +77,7 @@ use crate::chunk_store::{CachedChunk, ChunkStore};
 use crate::memarts_only::{OnlyError, OnlyRead, OnlyStore};
 use crate::metrics::LatencyHistogram;
 use crate::origin::Origin;
+pub use disk_chunks::DiskChunks;
 pub use flight::Flights;
 pub use index::ChunkIndex;
 use metadata::ChunkPresence;
@@ -194,46 +197,32 @@ pub struct SlotInfo {
 pub struct Engine {
     info: SlotInfo,
     origin: Arc<Origin>,
-    store: Arc<ChunkStore>,
-    index: Mutex<ChunkIndex>,
+    /// The chunks it holds on its disk (`disk_chunks.rs`).
+    disk: Arc<DiskChunks>,
     /// What the slot knows of objects' versions (`metadata/`).
     metadata: Arc<Metadata>,
     /// memarts-only objects; `None` in a pass-through engine, which stores nothing.
     only: Option<Arc<OnlyStore>>,
-    open: OpenChunks,
     flights: Arc<Flights<Result<Fetched, WireError>>>,
     /// Cold first reads (metadata and chunk 0 in one GET), one flight per URL and chunk size.
     firsts: Arc<Flights<Result<(ObjectMeta, Fetched), WireError>>>,
     zero_fills: first_read::ZeroFills,
-    index_ready: AtomicBool,
     started: Instant,
     /// Bounds the fills held in memory at once, shared with the slot's connections (R2).
     budget: MemoryBudget,
     /// In a cluster, the part of the budget for replies to peers (`peers.rs`), split off at join.
     peer_replies: std::sync::OnceLock<MemoryBudget>,
-    pub stats: Stats,
+    pub stats: Arc<Stats>,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// Objects clients hinted they will read next, fetched in the background (`prefetch.rs`).
     prefetcher: Arc<Prefetcher>,
     /// Prefetched chunks the cache would not keep, waiting for their reads (`staging.rs`).
     staged: staging::Staging,
-    /// Chunks read directly, locked in memory and checked once (`resident.rs`), once set up.
-    resident: std::sync::OnceLock<Arc<resident::ResidentChunks>>,
 }
 
 fn bad_request(msg: impl Into<String>) -> WireError {
     WireError::new(ErrorCode::BadRequest, msg)
-}
-
-impl ChunkPresence for Engine {
-    fn index_ready(&self) -> bool {
-        self.index_ready.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    fn has_placement(&self, placement: u64) -> bool {
-        self.index().has_placement(placement)
-    }
 }
 
 fn parse_url(url: &str) -> Result<ObjectUrl, WireError> {
@@ -249,33 +238,30 @@ impl Engine {
         only: Option<OnlyStore>,
     ) -> Arc<Engine> {
         let budget = info.memory_budget;
-        let index = Mutex::new(ChunkIndex::new(info.eviction));
+        let stats = Arc::new(Stats::default());
+        let index = ChunkIndex::new(info.eviction);
+        let disk = Arc::new(DiskChunks::new(store, index, info.passthrough, stats.clone()));
         let origin = Arc::new(origin);
-        let metadata = Arc::new(Metadata::new(info.clone(), origin.clone(), meta));
-        let engine = Arc::new(Engine {
+        let metadata = Metadata::new(info.clone(), origin.clone(), meta);
+        let chunks: std::sync::Weak<dyn ChunkPresence> = Arc::downgrade(&disk) as _;
+        metadata.know_chunks(chunks);
+        Arc::new(Engine {
             info,
             only: only.map(Arc::new),
             origin,
-            store: Arc::new(store),
-            index,
-            metadata,
-            open: OpenChunks::new(MAX_OPEN_CHUNKS),
+            disk,
+            metadata: Arc::new(metadata),
             flights: Arc::default(),
             firsts: Arc::default(),
             zero_fills: Default::default(),
-            index_ready: AtomicBool::new(false),
             started: Instant::now(),
             budget: MemoryBudget::new(budget),
             peer_replies: std::sync::OnceLock::new(),
-            stats: Stats::default(),
+            stats,
             cluster: std::sync::OnceLock::new(),
             prefetcher: Arc::default(),
             staged: staging::Staging::default(),
-            resident: std::sync::OnceLock::new(),
-        });
-        let chunks: std::sync::Weak<dyn ChunkPresence> = Arc::downgrade(&engine) as _;
-        engine.metadata.know_chunks(chunks);
-        engine
+        })
     }
 
     /// The slot's metadata side: versions of objects, listings, snapshots.
@@ -283,16 +269,9 @@ impl Engine {
         &self.metadata
     }
 
-    fn index(&self) -> std::sync::MutexGuard<'_, ChunkIndex> {
-        self.index.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Counts a read of chunk `id` for admission (`ChunkIndex::record_read`), as `by` makes it.
-    fn count_read(&self, id: u128, by: ReadBy) -> bool {
-        match by {
-            ReadBy::Client => self.index().record_read(id),
-            ReadBy::Prefetch => self.index().record_prefetch(id),
-        }
+    /// The chunks the slot holds on its disk: the store, the index, resident chunks.
+    pub fn disk(&self) -> &Arc<DiskChunks> {
+        &self.disk
     }
 
     /// The slot's memory budget: fills hold their bytes in it, connections their upload payloads.

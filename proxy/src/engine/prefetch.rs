@@ -283,7 +283,7 @@ struct PromisedRoom<'a> {
 
 impl Drop for PromisedRoom<'_> {
     fn drop(&mut self) {
-        self.engine.index().release(self.key);
+        self.engine.disk.index().release(self.key);
     }
 }
 
@@ -348,7 +348,7 @@ impl Engine {
         }
         let (Some(etag), Ok(parsed)) = (meta.etag.as_deref(), parse_url(url)) else { return false };
         let id = ChunkKey::new(&parsed, etag, chunk_size, 0).id().0;
-        self.index().hint(id)
+        self.disk.index().hint(id)
     }
 
     /// Room promised for chunk 0 of `url` if the index would keep it were it fetched now: of the
@@ -369,7 +369,7 @@ impl Engine {
     /// until its admission or until dropped.
     fn promise_room(&self, key: u128, id: Option<u128>, bytes: u64) -> Option<PromisedRoom<'_>> {
         // Not `then_some`: a room made and dropped under the index's lock would take it again.
-        let promised = self.index().promise(key, id, bytes);
+        let promised = self.disk.index().promise(key, id, bytes);
         promised.then(|| PromisedRoom { engine: self, key })
     }
 
@@ -402,7 +402,7 @@ impl Engine {
             }
             let key = ChunkKey::new(&parsed, &etag, chunk_size, index);
             let id = key.id().0;
-            if self.index().hint(id) {
+            if self.disk.index().hint(id) {
                 continue;
             }
             let len = (meta.size - index * chunk_size).min(chunk_size);

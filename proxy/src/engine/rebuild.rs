@@ -6,7 +6,6 @@
 //! restart with another number of slots, the metadata this slot now serves is taken from the
 //! previous fleet's snapshots before the scan (`metadata/snapshots.rs`).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -20,7 +19,7 @@ impl Engine {
         let this = self.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let store = this.store.clone();
+            let store = this.disk.store.clone();
             let (slot, slots) = (this.info.slot, this.info.slots);
             let metadata = this.metadata.clone();
             let scanned = tokio::task::spawn_blocking(move || {
@@ -51,7 +50,7 @@ impl Engine {
                 this.info.capacity.unwrap_or_else(|| default_capacity(&this.info.cache_dir, total));
             let share = capacity / u64::from(slots.max(1));
             let victims = {
-                let mut index = this.index();
+                let mut index = this.disk.index();
                 let live = index.ids_most_recent_first();
                 let (n, bytes) = (owned.len(), owned.iter().map(|c| c.bytes_on_disk).sum::<u64>());
                 let before = index.len();
@@ -70,8 +69,8 @@ impl Engine {
                 );
                 index.evict_over_capacity(None)
             };
-            this.remove_files(victims).await;
-            this.index_ready.store(true, Ordering::Release);
+            this.disk.remove_files(victims).await;
+            this.disk.set_index_ready();
         });
     }
 }

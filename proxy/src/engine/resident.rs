@@ -103,7 +103,8 @@ impl ResidentChunks {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Bytes resident now, and the budget.
+    /// Bytes resident now, and the budget (for the tests).
+    #[cfg(test)]
     pub fn usage(&self) -> (u64, u64) {
         (self.state().used, self.budget)
     }

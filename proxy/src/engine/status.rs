@@ -10,8 +10,8 @@ impl Engine {
     /// The counters as of now: reads of resident chunks noted so far counted first (they are
     /// otherwise counted every second), so that what a client read before asking is in them.
     pub fn status(&self) -> SlotStatus {
-        self.count_resident_reads();
-        let index = self.index();
+        self.disk.count_resident_reads();
+        let index = self.disk.index();
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         SlotStatus {
@@ -32,7 +32,7 @@ impl Engine {
             cached_chunks: index.len() as u64,
             cache_bytes_used: index.used(),
             cache_capacity: index.capacity().unwrap_or(0),
-            index_ready: self.index_ready.load(Ordering::Acquire),
+            index_ready: self.disk.index_ready(),
             io_engine: self.info.io_engine.to_string(),
             cache_dir: self.info.cache_dir.display().to_string(),
         }

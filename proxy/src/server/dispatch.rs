@@ -154,7 +154,7 @@ async fn touched(mut cx: Ctx<'_>, touches: &[Touch]) -> Result<(), ConnError> {
             "only the fleet's own uid reads chunk files directly, so only it reports such reads",
         ))
     } else {
-        Ok(Response::Touched { counted: cx.engine.touched(touches) })
+        Ok(Response::Touched { counted: cx.engine.disk().touched(touches) })
     };
     cx.answer(reply).await
 }
