@@ -15,7 +15,7 @@
 //! - `listings.rs`: what a client's listing shows, kept by the directories' owners;
 //! - `snapshots.rs`: the metadata saved when a slot stops cleanly, loaded by the next process.
 //!
-//! It asks the chunk side of its slot one thing ([`ChunkPresence`]: whether the index is rebuilt
+//! It asks the disk of its slot one thing ([`ChunkPresence`]: whether the index is rebuilt
 //! and which chunks it holds, to tell a listing worth its cost); it reaches the slot's siblings
 //! and, in a cluster, the node that owns a directory, itself.
 
@@ -41,8 +41,8 @@ use crate::cluster::Cluster;
 use crate::origin::Origin;
 use crate::siblings::Siblings;
 
-/// What the metadata side asks of the chunk side of its slot.
-pub(crate) trait ChunkPresence: Send + Sync {
+/// What the metadata side asks of the chunks on its slot's disk ([`super::DiskChunks`]).
+pub trait ChunkPresence: Send + Sync {
     /// Whether the chunk index was rebuilt since the slot started (before, it cannot tell).
     fn index_ready(&self) -> bool;
     /// Whether some version of the chunk with this placement is held.
