@@ -11,7 +11,10 @@ variant). Printed: each epoch's microseconds per file,
 then per variant the median of the last half of every turn's epochs (the steady state: the first
 warm epochs still make the chunks resident, see docs/ARCHITECTURE.md). compare.py times epochs of
 about 4 ms at its small scale, where one preemption moves the figure by 20%; this times enough of
-them to tell a change of a microsecond. Asserts nothing about timings.
+them to tell a change of a microsecond. With `--cold`, each epoch starts with the page cache
+dropped (`echo 3 > /proc/sys/vm/drop_caches`, root) and no chunk is kept resident
+(`MEMARTS_PIN_MEMORY=0`, the name every build reads): the chunk files come from the SSD, as in
+field_bench.py's epochs. Asserts nothing about timings.
 """
 
 import argparse
@@ -42,7 +45,13 @@ def python_package(worktree, into):
     return into
 
 
-def _epochs(package, urls, expected, epochs):
+def drop_page_cache():
+    subprocess.run(["sync"], check=True)
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def _epochs(package, urls, expected, epochs, cold):
     sys.path.insert(0, package)
     import memarts as mox
 
@@ -53,6 +62,8 @@ def _epochs(package, urls, expected, epochs):
     times = []
     for _ in range(epochs):
         wrong = 0
+        if cold:
+            drop_page_cache()
         start = time.perf_counter()
         for u in urls:
             wrong += mox.file.read(u, binary=True) != expected[u]
@@ -62,15 +73,17 @@ def _epochs(package, urls, expected, epochs):
     return times
 
 
-def run(worktree, package, base, endpoint, urls, expected, epochs):
+def run(worktree, package, base, endpoint, urls, expected, epochs, cold):
     """One turn of one variant: a fresh fleet, one forked worker's epoch times."""
     binary = os.path.join(worktree, "target/release/memarts")
     env = dict(os.environ, MEMARTS_RUN_DIR=os.path.join(base, "run"), MEMARTS_CACHE_DIR=os.path.join(base, "cache"))
+    if cold:
+        env["MEMARTS_PIN_MEMORY"] = "0"
     subprocess.run([binary, "start_proxy", "4"], env=env, check=True, capture_output=True)
     try:
         os.environ.update(MEMARTS_RUN_DIR=env["MEMARTS_RUN_DIR"])
         with multiprocessing.get_context("fork").Pool(1) as pool:
-            return pool.apply(_epochs, (package, urls, expected, epochs))
+            return pool.apply(_epochs, (package, urls, expected, epochs, cold))
     finally:
         subprocess.run([binary, "stop_proxy"], env=env, capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
@@ -81,6 +94,7 @@ def main():
     ap.add_argument("variants", nargs="+", help="label=worktree")
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--cold", action="store_true", help="drop the page cache before each epoch, nothing resident")
     args = ap.parse_args()
     variants = [v.split("=", 1) for v in args.variants]
     work = tempfile.mkdtemp(prefix="warm-small-ab-")
@@ -104,7 +118,7 @@ def main():
         for turn in range(args.turns):
             for label, tree in variants:
                 times = run(tree, packages[label], os.path.join(work, f"fleet-{label}"), endpoint, urls, expected,
-                            args.epochs)
+                            args.epochs, args.cold)
                 print(f"turn {turn + 1} {label}: us/file per epoch " + " ".join(f"{t:.1f}" for t in times), flush=True)
                 steady[label] += times[len(times) // 2:]
         for label, times in steady.items():
