@@ -58,12 +58,7 @@ impl Connections {
         if let Some(conn) = self.kept().per_slot.get_mut(slot as usize).and_then(Vec::pop) {
             return Ok((conn, true));
         }
-        Ok((self.connect(slot, timeout)?, false))
-    }
-
-    /// A new connection to `slot`.
-    pub fn connect(&self, slot: u32, timeout: Duration) -> Result<Conn> {
-        self.dial.connect(slot, timeout)
+        Ok((self.dial.connect(slot, timeout)?, false))
     }
 
     /// `request` on a new connection to `slot`, once, within `timeout` (status requests).

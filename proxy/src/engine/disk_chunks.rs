@@ -36,7 +36,7 @@ pub struct DiskChunks {
 
 impl ChunkPresence for DiskChunks {
     fn index_ready(&self) -> bool {
-        self.index_ready.load(Ordering::Acquire)
+        DiskChunks::index_ready(self)
     }
 
     fn has_placement(&self, placement: u64) -> bool {

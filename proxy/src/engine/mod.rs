@@ -214,7 +214,7 @@ pub struct Engine {
     peer_replies: std::sync::OnceLock<MemoryBudget>,
     pub stats: Arc<Stats>,
     /// The cluster this slot is part of, set once before it serves (`peers.rs`).
-    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    cluster: Arc<std::sync::OnceLock<Arc<crate::cluster::Cluster>>>,
     /// Objects clients hinted they will read next, fetched in the background (`prefetch.rs`).
     prefetcher: Arc<Prefetcher>,
     /// Prefetched chunks the cache would not keep, waiting for their reads (`staging.rs`).
@@ -242,7 +242,8 @@ impl Engine {
         let index = ChunkIndex::new(info.eviction);
         let disk = Arc::new(DiskChunks::new(store, index, info.passthrough, stats.clone()));
         let origin = Arc::new(origin);
-        let metadata = Metadata::new(info.clone(), origin.clone(), meta);
+        let cluster = Arc::new(std::sync::OnceLock::new());
+        let metadata = Metadata::new(info.clone(), origin.clone(), meta, cluster.clone());
         let chunks: std::sync::Weak<dyn ChunkPresence> = Arc::downgrade(&disk) as _;
         metadata.know_chunks(chunks);
         Arc::new(Engine {
@@ -258,7 +259,7 @@ impl Engine {
             budget: MemoryBudget::new(budget),
             peer_replies: std::sync::OnceLock::new(),
             stats,
-            cluster: std::sync::OnceLock::new(),
+            cluster,
             prefetcher: Arc::default(),
             staged: staging::Staging::default(),
         })

@@ -33,7 +33,6 @@ impl Engine {
     /// becomes the budget of its replies to peers (`peer_server.rs`), the other half stays its own
     /// fills' and uploads'.
     pub fn join_cluster(&self, cluster: Arc<Cluster>) {
-        self.metadata.join_cluster(cluster.clone());
         if self.cluster.set(cluster).is_ok() {
             let _ = self.peer_replies.set(self.budget.split_off(self.info.memory_budget / 2));
         }

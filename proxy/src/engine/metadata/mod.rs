@@ -76,15 +76,20 @@ pub struct Metadata {
     dir_flights: Arc<Flights<Result<(), WireError>>>,
     /// The other slots of the fleet, asked for what they own (set once the slot knows its run dir).
     siblings: OnceLock<Arc<Siblings>>,
-    /// The cluster the slot is part of (set with the slot's own, `Engine::join_cluster`).
-    cluster: OnceLock<Arc<Cluster>>,
+    /// The cluster the slot is part of: the slot's own cell, set once by `Engine::join_cluster`.
+    cluster: Arc<OnceLock<Arc<Cluster>>>,
     /// The chunk side of the slot (set once it exists; weak: it holds this).
     chunks: OnceLock<Weak<dyn ChunkPresence>>,
     pub counters: Counters,
 }
 
 impl Metadata {
-    pub fn new(info: SlotInfo, origin: Arc<Origin>, cache: MetaCache) -> Metadata {
+    pub fn new(
+        info: SlotInfo,
+        origin: Arc<Origin>,
+        cache: MetaCache,
+        cluster: Arc<OnceLock<Arc<Cluster>>>,
+    ) -> Metadata {
         let ttl = cache.ttl();
         Metadata {
             info,
@@ -95,7 +100,7 @@ impl Metadata {
             list_policy: list_policy::ListPolicy::new(ttl),
             dir_flights: Arc::default(),
             siblings: OnceLock::new(),
-            cluster: OnceLock::new(),
+            cluster,
             chunks: OnceLock::new(),
             counters: Counters::default(),
         }
@@ -114,11 +119,6 @@ impl Metadata {
     /// Lets this slot ask the other slots of its fleet for what they own; once, before it serves.
     pub fn know_siblings(&self, siblings: Arc<Siblings>) {
         let _ = self.siblings.set(siblings);
-    }
-
-    /// Lets this side reach the nodes of `cluster`; once, when the slot joins it.
-    pub(crate) fn join_cluster(&self, cluster: Arc<Cluster>) {
-        let _ = self.cluster.set(cluster);
     }
 
     fn cluster(&self) -> Option<&Arc<Cluster>> {
