@@ -243,9 +243,8 @@ impl Engine {
         let disk = Arc::new(DiskChunks::new(store, index, info.passthrough, stats.clone()));
         let origin = Arc::new(origin);
         let cluster = Arc::new(std::sync::OnceLock::new());
-        let metadata = Metadata::new(info.clone(), origin.clone(), meta, cluster.clone());
-        let chunks: std::sync::Weak<dyn ChunkPresence> = Arc::downgrade(&disk) as _;
-        metadata.know_chunks(chunks);
+        let chunks: Arc<dyn ChunkPresence> = disk.clone();
+        let metadata = Metadata::new(info.clone(), origin.clone(), meta, cluster.clone(), chunks);
         Arc::new(Engine {
             info,
             only: only.map(Arc::new),

@@ -29,7 +29,7 @@ mod revalidate;
 mod snapshots;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock};
 
 use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
@@ -78,8 +78,8 @@ pub struct Metadata {
     siblings: OnceLock<Arc<Siblings>>,
     /// The cluster the slot is part of: the slot's own cell, set once by `Engine::join_cluster`.
     cluster: Arc<OnceLock<Arc<Cluster>>>,
-    /// The chunk side of the slot (set once it exists; weak: it holds this).
-    chunks: OnceLock<Weak<dyn ChunkPresence>>,
+    /// The chunks on the slot's disk, asked what they hold.
+    chunks: Arc<dyn ChunkPresence>,
     pub counters: Counters,
 }
 
@@ -89,6 +89,7 @@ impl Metadata {
         origin: Arc<Origin>,
         cache: MetaCache,
         cluster: Arc<OnceLock<Arc<Cluster>>>,
+        chunks: Arc<dyn ChunkPresence>,
     ) -> Metadata {
         let ttl = cache.ttl();
         Metadata {
@@ -101,7 +102,7 @@ impl Metadata {
             dir_flights: Arc::default(),
             siblings: OnceLock::new(),
             cluster,
-            chunks: OnceLock::new(),
+            chunks,
             counters: Counters::default(),
         }
     }
@@ -109,11 +110,6 @@ impl Metadata {
     /// The metadata cache.
     pub fn cache(&self) -> &MetaCache {
         &self.cache
-    }
-
-    /// Lets this side ask the chunk side what it holds; once, when the slot is made.
-    pub(crate) fn know_chunks(&self, chunks: Weak<dyn ChunkPresence>) {
-        let _ = self.chunks.set(chunks);
     }
 
     /// Lets this slot ask the other slots of its fleet for what they own; once, before it serves.
@@ -127,7 +123,7 @@ impl Metadata {
 
     /// Whether the chunk index is rebuilt (false while the chunk side is not known).
     fn index_ready(&self) -> bool {
-        self.chunks.get().and_then(Weak::upgrade).is_some_and(|c| c.index_ready())
+        self.chunks.index_ready()
     }
 
     /// Whether a HEAD of `url` is in flight.

@@ -136,10 +136,7 @@ impl Metadata {
             Some(cs) if cs > 0 => {
                 let placement =
                     memarts_protocol::placement(parsed.kind.as_str(), &parsed.bucket, &parsed.key, cs, 0);
-                match self.chunks.get().and_then(std::sync::Weak::upgrade) {
-                    Some(chunks) => !chunks.index_ready() || chunks.has_placement(placement),
-                    None => true,
-                }
+                !self.chunks.index_ready() || self.chunks.has_placement(placement)
             }
             _ => self.cache.get_stale(url).is_some(),
         }
