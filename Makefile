@@ -93,6 +93,8 @@ demo: build
 # over an emulated remote link (compare.json; the peers are pip-installed by the script), a cluster
 # pool of 3 nodes against 3 independent fleets over one shared emulated link (cluster.json), a warm
 # epoch in the field after the metadata TTL from the SSD against download-then-read (field.json),
+# millions of small objects on a local origin: fill against cp -r, memory, disk and restart per object,
+# a warm epoch against the files (small_objects.json),
 # `memarts mount` against local files and the s3fs / rclone mounts (mount.json; Debian packages);
 # then report.py merges them into tests/bench/results/latest.{json,md,svg} and docs_figures.py writes
 # the figures of the README and docs/ from them. The cold reads over the
@@ -112,6 +114,7 @@ bench: deps-test build
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/stream_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/cluster_bench.py
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/field_bench.py
+	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/small_objects_bench.py
 	@for peer in s3fs rclone; do command -v $$peer >/dev/null || { echo "installing $$peer (the mount benchmark compares memarts mount with it)"; \
 		(apt-get update -qq && apt-get install -y -qq $$peer) >/dev/null || echo "cannot install $$peer: the mount benchmark reports it as unavailable" >&2; }; done
 	MEMARTS_BIN_DIR=$(CURDIR)/target/release $(PYTHON) tests/bench/mount_bench.py

@@ -12,6 +12,8 @@
 //!   checked, whose readers skip the CRC32C. Both are thin typed layers over one shared table
 //!   (`seq_table.rs`: header, seqlocked entries, probing; `seqlock.rs`: the entry's sequence
 //!   number), in a file of words mapped shared (`shared_file.rs`).
+//! - [`segment`]: small chunks packed into segment files (records checked as chunk files are), and
+//!   the index a full segment leaves beside it, which a restart reads instead of every record.
 //! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables).
 //!
 //! The byte layouts are documented at the top of `chunk_file/format.rs`, `meta_table/mod.rs` and
@@ -23,6 +25,7 @@ pub mod chunk_file;
 pub mod layout;
 pub mod meta_table;
 pub mod resident_table;
+pub mod segment;
 mod seq_table;
 mod seqlock;
 mod shared_file;

@@ -92,6 +92,11 @@ pub struct FleetConfig {
     /// (`pin_memory`, its former name, is read too).
     #[serde(deserialize_with = "de_size", alias = "pin_memory")]
     pub resident_memory: Option<u64>,
+    /// Chunks of at most this many bytes (up to 64 KiB) are packed into segment files
+    /// (`chunk_store/segments.rs`) instead of a file each; `None` or 0: none are. A number or a
+    /// string such as `"32KiB"`.
+    #[serde(deserialize_with = "de_size")]
+    pub pack_max: Option<u64>,
     pub origin: OriginConfig,
     /// The cluster this node's fleet is part of (`--cluster FILE --node ID`, `MEMARTS_CLUSTER`,
     /// `MEMARTS_NODE_ID`, or a `[cluster]` table); `None`: a single node, as without the pool.
@@ -173,6 +178,7 @@ impl Default for FleetConfig {
             spin_us: memarts_protocol::spin::DEFAULT_SPIN.as_micros() as u64,
             memory_budget: None,
             resident_memory: None,
+            pack_max: None,
             origin: OriginConfig::default(),
             cluster: None,
             prefetch: PrefetchConfig::default(),
@@ -202,6 +208,9 @@ impl FleetConfig {
         }
         if let Some(bytes) = env.resident_memory {
             self.resident_memory = Some(bytes);
+        }
+        if env.pack_max.is_some() {
+            self.pack_max = env.pack_max;
         }
         if let Some(policy) = env.eviction {
             self.eviction = policy.to_string();
@@ -246,6 +255,9 @@ impl FleetConfig {
         }
         if !self.cache_dir.is_absolute() {
             return Err(ConfigError::invalid("cache_dir", "an absolute path", self.cache_dir.display()));
+        }
+        if let Some(max) = self.pack_max.filter(|&m| m > crate::chunk_store::PACK_MAX) {
+            return Err(ConfigError::invalid("pack_max", "at most 64KiB", format!("{max} bytes")));
         }
         if let Some(cap) = self.capacity {
             if cap < (64 << 20) {

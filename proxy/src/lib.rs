@@ -87,6 +87,21 @@ pub fn build_engine_with(
     // Checked before anything in it is read or removed (S9), here for every slot and embedded engine.
     let tree = cache_root::CacheRoot::open(&cfg.cache_dir)?;
     let store = ChunkStore::open_in(&tree, io).map_err(cache_dir)?;
+    // Opened whatever `pack_max` says: chunks packed while it was set stay found (and their room
+    // reclaimed) after it was unset.
+    if !cfg.passthrough {
+        let (slots, pack_max) = (cfg.slots, cfg.pack_max.unwrap_or(0));
+        let owns = |id| memarts_protocol::owner_slot(id, slots) == slot;
+        match store.open_segments(&tree, (slot, slots), pack_max, owns) {
+            Ok(true) => {}
+            Ok(false) => tracing::info!(
+                "another process writes slot {slot}'s segments: small chunks are kept as files"
+            ),
+            Err(e) => {
+                tracing::warn!("small chunks are kept as files: cannot open slot {slot}'s segments: {e}")
+            }
+        }
+    }
     let info = SlotInfo {
         slot,
         slots: cfg.slots,

@@ -243,14 +243,12 @@ class Node:
         return [p.pid for p in self.pool._pool] if self.pool else []
 
     def origin_requests(self):
-        """Origin requests by operation in the slots' request logs (one line per attempt)."""
+        """Origin requests by operation in the slots' request logs (one line per attempt), the rotated
+        files too (a bench makes far fewer than a log file holds, so at most one rotation falls
+        between two snapshots)."""
         ops = {}
-        for name in os.listdir(self.run_dir):
-            if name.startswith("origin-") and name.endswith(".log"):
-                with open(os.path.join(self.run_dir, name)) as f:
-                    for line in f:  # "<unix time> <OP> <url> attempt=<n> <outcome> <ms>ms"
-                        op = line.split(" ", 2)[1]
-                        ops[op] = ops.get(op, 0) + 1
+        for op in compare.origin_log_ops(self.run_dir, 0):
+            ops[op] = ops.get(op, 0) + 1
         return ops
 
     def origin_attempts(self, since):
@@ -258,7 +256,7 @@ class Node:
         `since` (a line is written when its attempt ends, with its duration)."""
         out = []
         for name in os.listdir(self.run_dir):
-            if name.startswith("origin-") and name.endswith(".log"):
+            if name.startswith("origin-") and (name.endswith(".log") or name.endswith(".log.1")):
                 with open(os.path.join(self.run_dir, name)) as f:
                     for line in f:
                         fields = line.split()

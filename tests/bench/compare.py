@@ -184,22 +184,29 @@ class OriginCounter:
     def __init__(self, relay_stop, run_dir=None):
         self.relay_stop = relay_stop
         self.run_dir = run_dir
-        self.before = self.snapshot()
-
-    def snapshot(self):
-        snap = {"relay_requests": self.relay_stop.stats()["requests"]}
-        if self.run_dir:
-            for name in os.listdir(self.run_dir):
-                if name.startswith("origin-") and name.endswith(".log"):
-                    with open(os.path.join(self.run_dir, name)) as f:
-                        for line in f:  # "<unix time> <OP> <url> ... attempt=<n> <outcome> <ms>ms"
-                            op = line.split(" ", 2)[1]
-                            snap[op] = snap.get(op, 0) + 1
-        return snap
+        self.start = time.time()
+        self.relay_before = self.relay_stop.stats()["requests"]
 
     def since(self):
-        now = self.snapshot()
-        return {k: now.get(k, 0) - self.before.get(k, 0) for k in sorted(set(now) | set(self.before))}
+        """Requests since the counter was made: the relay's, and the lines of the slots' logs written
+        since then (a log file that filled is rotated to `<name>.1`, which is read too)."""
+        out = {"relay_requests": self.relay_stop.stats()["requests"] - self.relay_before}
+        for op in origin_log_ops(self.run_dir, self.start) if self.run_dir else []:
+            out[op] = out.get(op, 0) + 1
+        return dict(sorted(out.items()))
+
+
+def origin_log_ops(run_dir, since):
+    """The operation of each line of the slots' request logs (`origin-<slot>.log` and the rotated
+    `origin-<slot>.log.1`) written at or after `since` (unix time; a line is written when its attempt
+    ends: "<unix time> <OP> <url> ... attempt=<n> <outcome> <ms>ms")."""
+    for name in os.listdir(run_dir):
+        if name.startswith("origin-") and (name.endswith(".log") or name.endswith(".log.1")):
+            with open(os.path.join(run_dir, name)) as f:
+                for line in f:
+                    when, op = line.split(" ", 2)[:2]
+                    if float(when) >= since - 0.001:
+                        yield op
 
 
 def counted(ds, counter_factory, epoch):

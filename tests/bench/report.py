@@ -44,6 +44,12 @@ GOALS = {
     "field_warm_vs_download_then_read": (">=", 0.9, "field"),
     "field_origin_requests_per_object": ("<=", 0.001, "field"),
     "field_pool_origin_requests_per_object": ("<=", 0.001, "field"),
+    "small_fill_vs_cp_r": (">=", 1.0, "small_objects"),
+    "small_space_amplification": ("<=", 1.1, "small_objects"),
+    "small_proxy_memory_bytes_per_object": ("<=", 100, "small_objects"),
+    "small_tables_bytes_per_object": ("<=", 64, "small_objects"),
+    "small_restart_s_per_million": ("<=", 2.0, "small_objects"),
+    "small_warm_vs_local_files": (">=", 0.9, "small_objects"),
 }
 
 # Ratios reported next to the goals, without one of their own.
@@ -69,9 +75,17 @@ REPORTED = {
     "cold_large_stream_vs_boto3_download": "link",
     "warm_small_1_process_vs_local_files": "warm",
     "warm_file_read_loop_vs_local_file": "warm",
+    "small_fill_vs_one_file_write": "small_objects",
+    "small_packed_fill_vs_cp_r": "small_objects",
+    "small_packed_fill_vs_one_file_write": "small_objects",
+    "small_packed_space_amplification": "small_objects",
+    "small_packed_proxy_memory_bytes_per_object": "small_objects",
+    "small_packed_tables_bytes_per_object": "small_objects",
+    "small_packed_restart_s_per_million": "small_objects",
+    "small_packed_warm_vs_local_files": "small_objects",
 }
 
-INPUTS = ("fleet", "python", "compare", "cluster", "mount", "link", "warm", "field")
+INPUTS = ("fleet", "python", "compare", "cluster", "mount", "link", "warm", "field", "small_objects")
 
 
 def load(name):

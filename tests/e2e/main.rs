@@ -34,6 +34,7 @@ mod resident;
 mod restart;
 mod revalidation;
 mod secrets;
+mod small_objects;
 mod stream;
 mod supervise;
 mod traced;

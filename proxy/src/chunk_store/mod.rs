@@ -10,12 +10,15 @@
 //!   [`select_io_engine`] picks one, falling back to pread where io_uring is refused.
 //! - [`ChunkStore`] (`store.rs`): put / get / read_verified / remove on the cache root, with the
 //!   careful file operations (publish by rename, leftovers of dead writers) in `files.rs`, and
-//!   [`Scan`] (`scan.rs`) to walk what is on disk.
+//!   [`Scan`] (`scan.rs`) to walk what is on disk; chunks of up to [`PACK_MAX`] bytes packed into
+//!   segment files (`segments.rs`, their files in `segment_files.rs`) once the slot opened them.
 
 mod files;
 mod io_engine;
 mod pread;
 mod scan;
+mod segment_files;
+mod segments;
 mod store;
 mod uring;
 mod uring_ring;
@@ -36,5 +39,6 @@ pub use memarts_disk::chunk_file::{format, verify};
 pub use memarts_disk::chunk_file::{ChunkId, ChunkKey};
 pub use pread::PreadEngine;
 pub use scan::{Scan, ScanReport, ScannedChunk};
+pub use segments::{Packed, PACK_MAX};
 pub use store::{CachedChunk, ChunkStore, StoreError};
 pub use uring::UringEngine;

@@ -22,7 +22,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
@@ -30,7 +30,8 @@ use super::files::{describe, publish, remove_entry, rename_into, writer_alive};
 use super::format::{self, FormatError};
 use super::io_engine::IoEngine;
 use super::pread::run_blocking;
-use super::scan::Scan;
+use super::scan::{Scan, ScannedChunk};
+use super::segments::{Packed, Segments, PACK_MAX};
 use super::verify;
 use super::{ChunkId, ChunkKey};
 use crate::cache_root::{remove_files_where, CacheRoot};
@@ -83,6 +84,9 @@ pub struct ChunkStore {
     next_tmp: AtomicU64,
     /// Whether chunks may still be at their two-level layout paths (until the rebuild moved them).
     legacy: AtomicBool,
+    /// The slot's small chunks, packed (`segments.rs`), once opened, and up to what size.
+    packed: OnceLock<Arc<Segments>>,
+    pack_max: AtomicU64,
 }
 
 impl ChunkStore {
@@ -104,7 +108,105 @@ impl ChunkStore {
         if removed > 0 {
             tracing::info!(removed, dir = %tmp.display(), "removed leftover chunk temp files");
         }
-        Ok(ChunkStore { root, chunks, tmp, io, next_tmp: AtomicU64::new(0), legacy: AtomicBool::new(true) })
+        Ok(ChunkStore {
+            root,
+            chunks,
+            tmp,
+            io,
+            next_tmp: AtomicU64::new(0),
+            legacy: AtomicBool::new(true),
+            packed: OnceLock::new(),
+            pack_max: AtomicU64::new(0),
+        })
+    }
+
+    /// Packs chunks of up to `pack_max` bytes (at most [`PACK_MAX`]) into the segments of `slot`
+    /// from now on (those of its chunks the segments hold are found by id, the others are dead:
+    /// `owns`). False if another process writes that slot's segments: chunks stay files. Blocking.
+    pub fn open_segments(
+        &self,
+        tree: &CacheRoot,
+        (slot, slots): (u32, u32),
+        pack_max: u64,
+        owns: impl Fn(u128) -> bool,
+    ) -> io::Result<bool> {
+        tree.subdir("segments").map_err(io::Error::other)?;
+        let Some(segments) = Segments::open(&tree.path_of("segments"), slot, slots, owns)? else {
+            return Ok(false);
+        };
+        self.pack_max.store(pack_max.min(PACK_MAX), Ordering::Relaxed);
+        Ok(self.packed.set(Arc::new(segments)).is_ok())
+    }
+
+    fn packed_for(&self, len: u64) -> Option<&Arc<Segments>> {
+        self.packed.get().filter(|_| len <= self.pack_max.load(Ordering::Relaxed))
+    }
+
+    /// The packed chunk `key`, read and checked: `Ok(None)` if it is not packed; a record that fails
+    /// a check is dropped and reported as `Corrupt`.
+    pub async fn read_packed(&self, key: &ChunkKey) -> Result<Option<Packed>, StoreError> {
+        let Some(segments) = self.packed.get().filter(|s| s.contains(key.id().0)).cloned() else {
+            return Ok(None);
+        };
+        let (id, identity) = (key.id(), key.identity_bytes());
+        match run_blocking(move || segments.read(id.0, &identity)).await? {
+            None => Ok(None),
+            Some(Ok(packed)) => Ok(Some(packed)),
+            Some(Err(invalid)) => {
+                Err(StoreError::Corrupt { id, reason: format!("packed record: {invalid}") })
+            }
+        }
+    }
+
+    /// Bytes the chunk `key` of `len` bytes takes on disk once stored.
+    pub fn on_disk_len(&self, key: &ChunkKey, len: u64) -> u64 {
+        match self.packed_for(len) {
+            Some(_) => Segments::on_disk_len(key.identity_len(), len),
+            None => format::on_disk_len(key, len),
+        }
+    }
+
+    /// Bytes of the slot's share the index leaves free of chunks: room the packed segments keep for
+    /// dead records and compactions (`Segments::reserved`); 0 without segments.
+    pub fn reserved(&self) -> u64 {
+        let packing = self.pack_max.load(Ordering::Relaxed) > 0;
+        self.packed.get().filter(|s| packing || !s.is_empty()).map_or(0, |s| s.reserved())
+    }
+
+    /// Frees the room of evicted packed chunks once it adds up (`Segments::reclaim`). Blocking.
+    pub fn reclaim(&self) {
+        if let Some(segments) = self.packed.get() {
+            segments.reclaim();
+        }
+    }
+
+    /// Packed segments sized for the slot's share of the capacity. Blocking.
+    pub fn set_share(&self, share: u64) {
+        if let Some(segments) = self.packed.get() {
+            segments.set_share(share);
+            segments.reclaim();
+        }
+    }
+
+    /// Takes the packed chunks this slot `owns` from other slots' segments (`Segments::adopt`).
+    /// Blocking.
+    pub fn adopt_packed(&self, owns: impl Fn(u128) -> bool) -> io::Result<u64> {
+        self.packed.get().map_or(Ok(0), |s| s.adopt(owns))
+    }
+
+    /// Every packed chunk, as a scan would find a chunk file.
+    pub fn packed_chunks(&self) -> Vec<ScannedChunk> {
+        let Some(segments) = self.packed.get() else { return Vec::new() };
+        segments
+            .chunks()
+            .into_iter()
+            .map(|(id, bytes_on_disk, accessed)| ScannedChunk {
+                id: ChunkId(id),
+                bytes_on_disk,
+                accessed,
+                legacy: false,
+            })
+            .collect()
     }
 
     pub fn root(&self) -> &Path {
@@ -179,6 +281,15 @@ impl ChunkStore {
         durable: bool,
     ) -> Result<u64, StoreError> {
         let id = key.id();
+        if let Some(segments) = self.packed_for(data.len() as u64).cloned() {
+            let identity = key.identity_bytes();
+            // Appended from this task (a `pwrite` to the page cache): a hop to the blocking pool
+            // and back cost a small chunk's fill more than the write. A durable one syncs there.
+            if !durable {
+                return Ok(segments.put(id.0, &identity, &data, crc, flags, false)?);
+            }
+            return Ok(run_blocking(move || segments.put(id.0, &identity, &data, crc, flags, true)).await?);
+        }
         let header = format::encode_header(key, data.len() as u64, crc, flags)
             .map_err(|_| StoreError::KeyTooLarge { len: key.identity_len() })?;
         let on_disk = format::round_up((header.len() + data.len()) as u64);
@@ -354,6 +465,10 @@ impl ChunkStore {
     /// Removes the chunk `id`; returns the bytes freed (`st_blocks * 512`, 0 if absent).
     /// Blocking: call it from a blocking thread.
     pub fn remove(&self, id: ChunkId) -> io::Result<u64> {
+        // A packed chunk has no file, unless it was kept as one before its slot packed chunks.
+        if let Some(segments) = self.packed.get() {
+            segments.remove(id.0);
+        }
         let path = self.path_of(id);
         let freed = match fs::symlink_metadata(&path) {
             Ok(meta) => meta.blocks() * 512,

@@ -16,7 +16,7 @@ use super::metadata::ChunkPresence;
 use super::open_chunks::OpenChunks;
 use super::resident::ResidentChunks;
 use super::{ChunkOutcome, Fetched, ReadBy, Stats, INLINE_MAX, MAX_OPEN_CHUNKS};
-use crate::chunk_store::format::{on_disk_len, round_up};
+use crate::chunk_store::format::round_up;
 use crate::chunk_store::{ChunkId, ChunkKey, ChunkStore, StoreError};
 
 /// The chunks of one slot on its disk (see the module docs).
@@ -86,12 +86,32 @@ impl DiskChunks {
         if self.passthrough {
             return None;
         }
+        if let Ok(Some(packed)) = self.store.read_packed(key).await {
+            return Some(Fetched { crc32c: packed.crc32c, data: Bytes::from(packed.data) });
+        }
         let chunk = self.store.get(key).await.ok()??;
         let data = self.store.read_verified(&chunk).await.ok()?;
         Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) })
     }
 
     pub(super) async fn hit(&self, key: &ChunkKey, id: u128, by: ReadBy) -> Option<ChunkOutcome> {
+        match self.store.read_packed(key).await {
+            Ok(None) => {}
+            Ok(Some(packed)) => {
+                let (len, crc32c) = (packed.data.len() as u64, packed.crc32c);
+                self.served(id, by, len, self.store.on_disk_len(key, len));
+                return Some(ChunkOutcome::Bytes { data: packed.data.into(), crc32c, from_cache: true });
+            }
+            Err(StoreError::Corrupt { reason, .. }) => {
+                self.drop_corrupt(id, &reason).await;
+                return None;
+            }
+            Err(e) => {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("cache read failed, going to the origin: {e}");
+                return None;
+            }
+        }
         let chunk = match self.open.get(id) {
             Some(chunk) => chunk,
             None => match self.store.get(key).await {
@@ -127,6 +147,12 @@ impl DiskChunks {
         } else {
             ChunkOutcome::Fd(chunk.into())
         };
+        self.served(id, by, len, on_disk);
+        Some(outcome)
+    }
+
+    /// A hit of `len` bytes (`on_disk` on disk) served: counted, and the chunk's recency.
+    fn served(&self, id: u128, by: ReadBy, len: u64, on_disk: u64) {
         self.count_read(id, by);
         {
             let mut index = self.index();
@@ -136,7 +162,6 @@ impl DiskChunks {
         }
         self.stats.hits.fetch_add(1, Ordering::Relaxed);
         self.stats.bytes_from_cache.fetch_add(len, Ordering::Relaxed);
-        Some(outcome)
     }
 
     pub(super) async fn drop_corrupt(&self, id: u128, reason: &str) {
@@ -163,7 +188,7 @@ impl DiskChunks {
         promised_as: Option<u128>,
     ) {
         let Fetched { data, crc32c } = fetched;
-        let need = on_disk_len(key, data.len() as u64);
+        let need = self.store.on_disk_len(key, data.len() as u64);
         let Some(victims) = self.index().admit(id, need, returning, promised_as) else {
             self.stats.rejected_chunks.fetch_add(1, Ordering::Relaxed);
             return;
@@ -196,6 +221,8 @@ impl DiskChunks {
                     tracing::warn!("could not evict chunk {id:032x}: {e}");
                 }
             }
+            // Evicted packed chunks free their room once their segments are compacted.
+            store.reclaim();
         })
         .await;
     }

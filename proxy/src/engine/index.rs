@@ -29,6 +29,9 @@ pub struct ChunkIndex {
     /// what it is for (a chunk's id, or the first read of a cold object), and its sum.
     promises: HashMap<u128, u64>,
     promised: u64,
+    /// Bytes of the capacity kept free of chunks: the room packed segments keep for dead records
+    /// and compactions (`chunk_store/segments.rs`).
+    reserved: u64,
 }
 
 impl Default for ChunkIndex {
@@ -51,6 +54,7 @@ impl ChunkIndex {
             policy: eviction::policy(policy),
             promises: HashMap::new(),
             promised: 0,
+            reserved: 0,
         }
     }
 
@@ -74,6 +78,11 @@ impl ChunkIndex {
 
     pub fn capacity(&self) -> Option<u64> {
         self.capacity
+    }
+
+    /// Keeps `bytes` of the capacity free of chunks (see `reserved`).
+    pub fn set_reserved(&mut self, bytes: u64) {
+        self.reserved = bytes;
     }
 
     /// Sets the byte budget; `None` disables eviction (until the capacity is known). The policy
@@ -176,7 +185,7 @@ impl ChunkIndex {
 
     /// The index as the policy sees it under a known `capacity`.
     fn cached(&self, capacity: u64) -> Cached<'_> {
-        Cached { chunks: &self.lru, used: self.used, capacity }
+        Cached { chunks: &self.lru, used: self.used + self.reserved, capacity }
     }
 
     /// Makes room for a fetched chunk of `bytes` and inserts it, or refuses it. `Some(victims)`:
@@ -260,7 +269,7 @@ impl ChunkIndex {
         let mut victims = Vec::new();
         let Some(cap) = self.capacity else { return victims };
         let mut kept: Option<(u128, u64)> = None;
-        while self.used + kept.map_or(0, |k| k.1) > cap {
+        while self.used + self.reserved + kept.map_or(0, |k| k.1) > cap {
             let Some((id, Entry { bytes, .. })) = self.lru.pop_lru() else { break };
             self.used -= bytes;
             self.counted_out(id);

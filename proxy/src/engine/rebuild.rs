@@ -32,6 +32,12 @@ impl Engine {
                         owned.push(c);
                     }
                 }
+                match store.adopt_packed(|id| owner_slot(id, slots) == slot) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!("took {n} packed chunks from the segments of other slots"),
+                    Err(e) => tracing::warn!("could not take packed chunks from other slots' segments: {e}"),
+                }
+                owned.extend(store.packed_chunks());
                 let legacy: Vec<_> = owned.iter().filter(|c| c.legacy).map(|c| c.id).collect();
                 match store.adopt_legacy(&legacy) {
                     Ok(0) => {}
@@ -49,6 +55,8 @@ impl Engine {
             let capacity =
                 this.info.capacity.unwrap_or_else(|| default_capacity(&this.info.cache_dir, total));
             let share = capacity / u64::from(slots.max(1));
+            let store = this.disk.store.clone();
+            let _ = tokio::task::spawn_blocking(move || store.set_share(share)).await;
             let victims = {
                 let mut index = this.disk.index();
                 let live = index.ids_most_recent_first();
@@ -61,11 +69,14 @@ impl Engine {
                 for id in live.into_iter().rev() {
                     index.touch(id);
                 }
+                index.set_reserved(this.disk.store.reserved());
                 index.set_capacity(Some(share));
                 tracing::info!(
                     "index rebuilt in {:?}: {n} chunks ({bytes} bytes) owned, {before} seen live; \
-                     fleet capacity {capacity} bytes, slot share {share}",
-                    started.elapsed()
+                     fleet capacity {capacity} bytes, slot share {share}, {} bytes kept for packed \
+                     segments",
+                    started.elapsed(),
+                    this.disk.store.reserved()
                 );
                 index.evict_over_capacity(None)
             };

@@ -12,6 +12,7 @@ pub mod credentials;
 mod error;
 mod list;
 mod local_list;
+mod request_log;
 pub mod retry;
 mod stats;
 mod upload;
@@ -120,7 +121,7 @@ impl Origin {
 
     /// Appends a line per origin request attempt to `path` (MoXing's `MOX_OBS_CLIENT_LOG`).
     pub fn with_request_log(mut self, path: &std::path::Path) -> std::io::Result<Origin> {
-        self.policy.log = Some(Arc::new(retry::RequestLog::open(path)?));
+        self.policy.log = Some(Arc::new(request_log::RequestLog::open(path)?));
         Ok(self)
     }
 

@@ -3,37 +3,12 @@
 
 use std::fmt::Display;
 use std::future::Future;
-use std::io::{LineWriter, Write};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::config::OriginConfig;
+use crate::origin::request_log::RequestLog;
 use crate::origin::OriginError;
-
-/// The origin request log (MoXing's `MOX_OBS_CLIENT_LOG`): one line per attempt, with the time,
-/// operation, target, attempt number, outcome and duration. Credentials never appear in it.
-#[derive(Debug)]
-pub struct RequestLog(Mutex<LineWriter<std::fs::File>>);
-
-impl RequestLog {
-    pub fn open(path: &std::path::Path) -> std::io::Result<RequestLog> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(path)?;
-        Ok(RequestLog(Mutex::new(LineWriter::new(file))))
-    }
-
-    fn record(&self, op: &str, target: &dyn Display, attempt: u32, outcome: &str, took: Duration) {
-        let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(
-            w,
-            "{}.{:03} {op} {target} attempt={attempt} {outcome} {}ms",
-            now.as_secs(),
-            now.subsec_millis(),
-            took.as_millis()
-        );
-    }
-}
 
 /// What a request is, for the request log.
 pub struct Label<'a> {
