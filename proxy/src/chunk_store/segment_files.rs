@@ -139,15 +139,20 @@ fn read_numbers(path: &Path) -> Option<Vec<u32>> {
 }
 
 fn write_numbers(dir: &Path, name: &str, numbers: &[u32]) -> io::Result<()> {
-    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let text: Vec<String> = numbers.iter().map(u32::to_string).collect();
+    write_whole(dir, name, text.join(" ").as_bytes())
+}
+
+/// Writes `<dir>/<name>` whole (0600): a temp file renamed into place.
+fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
     let written = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(FILE_MODE)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
-        .and_then(|f| f.write_all_at(text.join(" ").as_bytes(), 0))
+        .and_then(|f| f.write_all_at(bytes, 0))
         .and_then(|()| fs::rename(&tmp, dir.join(name)));
     if written.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -214,19 +219,7 @@ fn read_records(file: &File, seq: u32, cut: bool) -> io::Result<Vec<IndexEntry>>
 
 /// Writes the index of segment `seq` whole: a temp file renamed into place.
 pub(super) fn write_index(dir: &Path, seq: u32, entries: &[IndexEntry]) -> io::Result<()> {
-    let tmp = dir.join(format!("{seq:016x}.idx.{}.tmp", std::process::id()));
-    let written = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(FILE_MODE)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .and_then(|f| f.write_all_at(&segment::encode_index(entries), 0))
-        .and_then(|()| fs::rename(&tmp, index_path(dir, seq)));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    write_whole(dir, &format!("{seq:016x}.idx"), &segment::encode_index(entries))
 }
 
 /// Removes the segment `seq` (its file and its index).

@@ -102,13 +102,8 @@ impl DiskChunks {
                 self.served(id, by, len, self.store.on_disk_len(key, len));
                 return Some(ChunkOutcome::Bytes { data: packed.data.into(), crc32c, from_cache: true });
             }
-            Err(StoreError::Corrupt { reason, .. }) => {
-                self.drop_corrupt(id, &reason).await;
-                return None;
-            }
             Err(e) => {
-                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("cache read failed, going to the origin: {e}");
+                self.lookup_failed(id, e).await;
                 return None;
             }
         }
@@ -123,13 +118,8 @@ impl DiskChunks {
                     self.index().remove(id);
                     return None;
                 }
-                Err(StoreError::Corrupt { reason, .. }) => {
-                    self.drop_corrupt(id, &reason).await;
-                    return None;
-                }
                 Err(e) => {
-                    self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("cache read failed, going to the origin: {e}");
+                    self.lookup_failed(id, e).await;
                     return None;
                 }
             },
@@ -149,6 +139,17 @@ impl DiskChunks {
         };
         self.served(id, by, len, on_disk);
         Some(outcome)
+    }
+
+    /// A lookup of chunk `id` that failed: a corrupt chunk dropped, any other error counted.
+    async fn lookup_failed(&self, id: u128, e: StoreError) {
+        match e {
+            StoreError::Corrupt { reason, .. } => self.drop_corrupt(id, &reason).await,
+            e => {
+                self.stats.store_errors.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("cache read failed, going to the origin: {e}");
+            }
+        }
     }
 
     /// A hit of `len` bytes (`on_disk` on disk) served: counted, and the chunk's recency.
