@@ -99,7 +99,7 @@ fn meta_table_header_and_entry_words() {
     let w = words(meta_table::table_len(16));
     let table = MetaTable::init(&w, 60_000).unwrap();
     let magic = u64::from_le_bytes(*b"MAMETAT1");
-    assert_eq!(loaded(&w[..8]), [magic, 1, 16, 60_000, 0, 0, 0, 0]);
+    assert_eq!(loaded(&w[..8]), [magic, 2, 16, 60_000, 0, 0, 0, 0]);
     table.mark_superseded();
     assert_eq!(w[4].load(Ordering::Relaxed), 1, "word 4: superseded");
     // Key 5 (low) | 7 (high): home place 5, entry i at word 8 + 16i.
@@ -122,7 +122,7 @@ fn meta_table_header_and_entry_words() {
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes.len(), meta_table::table_len(100), "sized as asked; 64 entries of it used");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
-    assert_eq!(head, [magic, 1, 64, 5000, 0, 0, 0, 0]);
+    assert_eq!(head, [magic, 2, 64, 5000, 0, 0, 0, 0]);
 }
 
 #[test]

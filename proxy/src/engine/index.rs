@@ -90,7 +90,7 @@ impl ChunkIndex {
     pub fn set_capacity(&mut self, capacity: Option<u64>) {
         self.capacity = capacity;
         if let Some(capacity) = capacity {
-            self.policy.capacity_known(capacity, self.lru.len(), self.used);
+            self.policy.capacity_known(capacity, &self.lru, self.used);
         }
     }
 
@@ -171,7 +171,7 @@ impl ChunkIndex {
             None => *self.placements.entry(placement_of(id)).or_insert(0) += 1,
         }
         self.used += bytes;
-        self.policy.indexed(self.capacity, self.lru.len(), bytes);
+        self.policy.indexed(self.capacity, &self.lru, bytes);
     }
 
     /// Inserts `id` only if absent (entries found by the start-up scan never override live ones).

@@ -17,7 +17,8 @@
 //! four; the time read back is the smallest of the four. A slot shared with other ids holds the
 //! latest of their reads, so the time read back is never earlier than the chunk's own last read:
 //! collisions only make a chunk look more recently read (kept longer) and a reuse distance
-//! shorter, and with four rows of four slots per cached chunk both are rare.
+//! shorter, and with four rows of four slots per cached chunk both are rare. The rows widen with
+//! the sketch's, and keep the times of the chunks indexed, as the sketch keeps their counts.
 
 /// Rows of the table; each id has one slot per row.
 const ROWS: usize = 4;
@@ -71,6 +72,26 @@ impl ReadClock {
             span_start: None,
             entries: entries as u64,
         }
+    }
+
+    /// Places per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// This clock with rows `width` wide, holding the last read times of `indexed` (the chunks
+    /// indexed, with their times) and no other; its time and reuse mean go on as they were.
+    pub fn widened(&self, width: usize, indexed: impl Iterator<Item = (u128, u32)>) -> ReadClock {
+        let mut wide = ReadClock { times: vec![0; ROWS * width], width, ..*self };
+        for (id, t) in indexed.filter(|&(_, t)| t != 0) {
+            for s in wide.slots(id) {
+                let held = wide.times[s];
+                if held == 0 || wide.since(t) < wide.since(held) {
+                    wide.times[s] = t;
+                }
+            }
+        }
+        wide
     }
 
     fn slots(&self, id: u128) -> [usize; ROWS] {
@@ -178,6 +199,19 @@ mod tests {
         assert_eq!(c.idle_limit(), None, "the re-reads span 199 reads, less than the mean");
         c.record(id(24));
         assert_eq!(c.idle_limit(), Some(400));
+    }
+
+    #[test]
+    fn a_widened_clock_keeps_the_times_it_is_given_only() {
+        let mut c = ReadClock::new(1024, 100);
+        for i in 0..500 {
+            c.record(id(i % 300));
+        }
+        let kept: Vec<(u128, u32)> = (0..150).map(|i| (id(i), c.last_read(id(i)).unwrap())).collect();
+        let wide = c.widened(1 << 16, kept.iter().copied());
+        assert!(kept.iter().all(|&(i, t)| wide.last_read(i) == Some(t)));
+        assert!((150..300).filter(|&i| wide.knows(id(i))).count() < 3, "others forgotten");
+        assert_eq!((wide.now(), wide.times.len()), (c.now(), ROWS << 16));
     }
 
     #[test]

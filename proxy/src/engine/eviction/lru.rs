@@ -2,7 +2,7 @@
 //! earlier versions, and the reference of the benchmark). Reads count for nothing but the recency
 //! order the index keeps, so there is no read clock, no frequency and nothing awaited.
 
-use super::{Cached, EvictionPolicy, Promise};
+use super::{Cached, Chunks, EvictionPolicy, Promise};
 
 pub struct Lru;
 
@@ -31,9 +31,9 @@ impl EvictionPolicy for Lru {
         0
     }
 
-    fn capacity_known(&mut self, _capacity: u64, _len: usize, _used: u64) {}
+    fn capacity_known(&mut self, _capacity: u64, _chunks: &Chunks, _used: u64) {}
 
-    fn indexed(&mut self, _capacity: Option<u64>, _len: usize, _bytes: u64) {}
+    fn indexed(&mut self, _capacity: Option<u64>, _chunks: &Chunks, _bytes: u64) {}
 
     /// The least recently used chunks (other than `id`) until it fits; all of them for a chunk
     /// larger than the whole budget, which is still kept (and served once). Never `None`.

@@ -21,10 +21,13 @@ pub struct Entry {
     pub read_at: u32,
 }
 
+/// The chunks of an index, most recently used first.
+pub type Chunks = LruCache<u128, Entry>;
+
 /// The index as a policy sees it to choose victims: its chunks in recency order, their bytes, and
 /// a known capacity.
 pub struct Cached<'a> {
-    pub chunks: &'a LruCache<u128, Entry>,
+    pub chunks: &'a Chunks,
     pub used: u64,
     pub capacity: u64,
 }
@@ -75,11 +78,11 @@ pub trait EvictionPolicy: Send {
     /// The read clock's time, to stamp a chunk indexed or read now.
     fn now(&self) -> u32;
 
-    /// The capacity became known, with `len` chunks of `used` bytes indexed.
-    fn capacity_known(&mut self, capacity: u64, len: usize, used: u64);
+    /// The capacity became known, with `chunks` of `used` bytes indexed.
+    fn capacity_known(&mut self, capacity: u64, chunks: &Chunks, used: u64);
 
-    /// A chunk of `bytes` was indexed; `len` chunks are now, under `capacity`.
-    fn indexed(&mut self, capacity: Option<u64>, len: usize, bytes: u64);
+    /// A chunk of `bytes` was indexed, among `chunks` now, under `capacity`.
+    fn indexed(&mut self, capacity: Option<u64>, chunks: &Chunks, bytes: u64);
 
     /// The chunks that make room for `bytes` of the fetched chunk `id` (least recently used first),
     /// or `None` if it is not to be kept. `returning`: what [`EvictionPolicy::record_read`] said of

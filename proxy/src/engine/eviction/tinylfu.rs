@@ -15,7 +15,7 @@
 //! its read comes (or for `AWAITED_FOR`, a hint never followed by its read), it is nobody's
 //! victim, so that a prefetch never pushes out a chunk it was told is about to be read.
 
-use super::{Cached, EvictionPolicy, Promise};
+use super::{Cached, Chunks, EvictionPolicy, Promise};
 use crate::engine::admission::FrequencySketch;
 use crate::engine::awaited::AwaitedChunks;
 use crate::engine::recency::ReadClock;
@@ -37,7 +37,7 @@ pub struct TinyLfu {
 
 impl Default for TinyLfu {
     fn default() -> Self {
-        let sketch = FrequencySketch::new(0);
+        let sketch = FrequencySketch::new(0, 0);
         let clock = ReadClock::new(sketch.width(), sketch.entries());
         TinyLfu { sketch, clock, sized: false, awaited: AwaitedChunks::default() }
     }
@@ -45,18 +45,35 @@ impl Default for TinyLfu {
 
 impl TinyLfu {
     /// A sketch for the chunks of `typical` bytes `capacity` holds; a new one starts empty.
-    fn size_sketch(&mut self, capacity: u64, typical: u64) {
+    fn size_sketch(&mut self, capacity: u64, typical: u64, len: usize) {
         let entries = usize::try_from(capacity / typical.max(1)).unwrap_or(usize::MAX);
-        if FrequencySketch::new(entries).entries() != self.sketch.entries() {
-            self.reset_history(entries);
+        if FrequencySketch::new(entries, 0).entries() != self.sketch.entries() {
+            self.reset_history(entries, len);
         }
     }
 
-    /// A new, empty frequency sketch and read clock for about `entries` cached chunks.
-    fn reset_history(&mut self, entries: usize) {
+    /// A new, empty frequency sketch and read clock for about `entries` cached chunks, as wide as
+    /// `len` indexed chunks need (they widen as more are: [`TinyLfu::widen_for`]).
+    fn reset_history(&mut self, entries: usize, len: usize) {
         self.awaited.clear();
-        self.sketch = FrequencySketch::new(entries);
-        self.clock = ReadClock::new(self.sketch.width(), self.sketch.entries());
+        self.sketch = FrequencySketch::new(entries, len);
+        self.clock = ReadClock::new(self.sketch.width_for(len), self.sketch.entries());
+    }
+
+    /// Widens the sketch and the clock as the `chunks` indexed need, keeping their counts and
+    /// times: a slot's memory for them follows the chunks it holds, up to what its capacity holds.
+    /// The clock widens without the sketch's slack (`FrequencySketch::wider_for`): what it keeps
+    /// is each chunk's latest time, and a time shared with another chunk only makes a chunk look
+    /// read more recently, a difference no single chunk can turn into refusals of all others; it
+    /// is the bulk of the memory (4 bytes a place, against half a byte).
+    fn widen_for(&mut self, chunks: &Chunks) {
+        if let Some(width) = self.sketch.wider_for(chunks.len()) {
+            self.sketch = self.sketch.widened(width, chunks.iter().map(|(&id, _)| id));
+        }
+        let width = self.sketch.width_for(chunks.len());
+        if width > self.clock.width() {
+            self.clock = self.clock.widened(width, chunks.iter().map(|(&id, e)| (id, e.read_at)));
+        }
     }
 
     /// The least recently used chunks that make room for `bytes` of `id`, if it outweighs each of
@@ -167,24 +184,28 @@ impl EvictionPolicy for TinyLfu {
 
     /// The frequency sketch is sized for as many chunks as the capacity holds: of the mean size
     /// indexed, or, with an empty index, of 1 MiB until the first chunk is indexed.
-    fn capacity_known(&mut self, capacity: u64, len: usize, used: u64) {
+    fn capacity_known(&mut self, capacity: u64, chunks: &Chunks, used: u64) {
+        let len = chunks.len();
         let typical = if len == 0 { TYPICAL_CHUNK_BYTES } else { used / len as u64 };
-        self.size_sketch(capacity, typical);
+        self.size_sketch(capacity, typical, len);
+        self.widen_for(chunks);
         self.sized = len != 0;
     }
 
     /// The first chunk under a known capacity tells the real chunk size (the sketch has counted a
     /// read or two so far: little is lost). Later, far more chunks than the sketch was sized for
     /// (smaller chunks than the first): a wider one, empty, rather than shared counters.
-    fn indexed(&mut self, capacity: Option<u64>, len: usize, bytes: u64) {
+    fn indexed(&mut self, capacity: Option<u64>, chunks: &Chunks, bytes: u64) {
+        let len = chunks.len();
         match capacity {
             Some(capacity) if !self.sized => {
-                self.size_sketch(capacity, bytes);
+                self.size_sketch(capacity, bytes, len);
                 self.sized = true;
             }
-            _ if len > 2 * self.sketch.entries() => self.reset_history(2 * len),
+            _ if len > 2 * self.sketch.entries() => self.reset_history(2 * len, len),
             _ => {}
         }
+        self.widen_for(chunks);
     }
 
     /// The least recently used chunks that make room, if the chunk outweighs each of them

@@ -44,7 +44,12 @@ pub struct MetaCache {
 impl MetaCache {
     pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
         let cap = std::num::NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
-        MetaCache { ttl, entries: Mutex::new(LruCache::new(cap)), table: Mutex::new(None) }
+        // Bounded, but not allocated for the bound up front (`LruCache::new` would: 34 MiB of
+        // hash table per slot for a million entries, however few are cached): it grows as
+        // entries come.
+        let mut entries = LruCache::unbounded();
+        entries.resize(cap);
+        MetaCache { ttl, entries: Mutex::new(entries), table: Mutex::new(None) }
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Option<Publisher>> {
@@ -230,6 +235,18 @@ mod tests {
 
     fn meta(etag: &str) -> ObjectMeta {
         ObjectMeta { size: 1, etag: Some(etag.into()), version: None, last_modified_ms: 0 }
+    }
+
+    #[test]
+    fn holds_at_most_its_bound() {
+        let cache = MetaCache::new(Duration::from_secs(60), 1 << 20);
+        assert!(cache.entries.lock().unwrap().cap().get() == 1 << 20);
+        let small = MetaCache::new(Duration::from_secs(60), 3);
+        for i in 0..10 {
+            small.put(format!("s3://b/{i}"), meta("\"e\""));
+        }
+        assert_eq!(small.urls().len(), 3);
+        assert!(small.get("s3://b/9").is_some() && small.get("s3://b/0").is_none());
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! to displace another) it is made again at twice the size from the cache's fresh entries, and
 //! renamed over the old one, which is then marked superseded (shims map the new file at their next
 //! read, and the old mapping stays valid meanwhile). Entries land at random places, so a table
-//! much larger than its contents would touch a page of memory per object; this keeps it near 256
-//! bytes per object.
+//! much larger than its contents would touch a page of memory per object; this keeps it at 256 to
+//! 512 bytes per object (128-byte entries, a quarter to a half of them used: an entry may take
+//! any of 32 places from its own, so the first displacement comes near half full).
 
 use std::io;
 use std::path::PathBuf;
