@@ -26,3 +26,9 @@ pub fn meta_table_path(run_dir: &Path, slot: u32) -> PathBuf {
 pub fn resident_table_path(run_dir: &Path, slot: u32) -> PathBuf {
     run_dir.join(format!("pins-{slot}.table"))
 }
+
+/// The table of packed records `slot` publishes for local hits: `<run dir>/packed-<slot>.table`
+/// (`crate::packed_table`).
+pub fn packed_table_path(run_dir: &Path, slot: u32) -> PathBuf {
+    run_dir.join(format!("packed-{slot}.table"))
+}

@@ -13,7 +13,9 @@
 //!   (`seq_table.rs`: header, seqlocked entries, probing; `seqlock.rs`: the entry's sequence
 //!   number), in a file of words mapped shared (`shared_file.rs`).
 //! - [`segment`]: small chunks packed into segment files (records checked as chunk files are), and
-//!   the index a full segment leaves beside it, which a restart reads instead of every record.
+//!   the index a full segment leaves beside it, which a restart reads instead of every record;
+//!   [`packed_table`]: where a slot's packed records lie, published (on `seq_table.rs` too) so that
+//!   shims read them with no round trip.
 //! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables).
 //!
 //! The byte layouts are documented at the top of `chunk_file/format.rs`, `meta_table/mod.rs` and
@@ -24,6 +26,7 @@
 pub mod chunk_file;
 pub mod layout;
 pub mod meta_table;
+pub mod packed_table;
 pub mod resident_table;
 pub mod segment;
 mod seq_table;

@@ -197,11 +197,31 @@ pub fn check_record<'a>(bytes: &'a [u8], identity: Option<&[u8]>) -> Result<(Hea
         return Err(Invalid::Truncated { needed: end, have: bytes.len() });
     }
     let data = &bytes[start..end];
+    check_data(&head, data)?;
+    Ok((head, data))
+}
+
+/// The checks of [`check_record`] on a record read in parts (a shim reads the data straight into
+/// its caller's buffer): `head` is the record's head and identity, `data` the bytes read where its
+/// data is. The same rules, in the same order: head, identity, length, data CRC32C.
+pub fn check_parts<'a>(head: &'a [u8], data: &[u8], identity: &[u8]) -> Result<Head<'a>, Invalid> {
+    let head = decode_head(head)?;
+    if identity != head.identity {
+        return Err(Invalid::OtherChunk);
+    }
+    if data.len() != head.data_len as usize {
+        return Err(Invalid::Truncated { needed: head.data_len as usize, have: data.len() });
+    }
+    check_data(&head, data)?;
+    Ok(head)
+}
+
+fn check_data(head: &Head<'_>, data: &[u8]) -> Result<(), Invalid> {
     let computed = crc32c(data);
     if computed != head.data_crc32c {
         return Err(Invalid::DataCrc { computed, stored: head.data_crc32c });
     }
-    Ok((head, data))
+    Ok(())
 }
 
 /// One record of a segment, as its index lists it.

@@ -59,6 +59,26 @@ proptest! {
         // Any torn write (a prefix of the record): refused, never served short.
         let torn = &rec[..cut % meaningful];
         prop_assert!(check_record(torn, Some(&identity)).is_err());
+        // Read in parts (a shim's read: head and identity, then the data where it is): the same
+        // verdicts, for the record, for the damaged one and for another chunk's.
+        let split = |r: &[u8]| {
+            let at = (HEAD + identity.len()).min(r.len());
+            let end = (at + data.len()).min(r.len());
+            (r[..at].to_vec(), r[at..end].to_vec())
+        };
+        let (h, d) = split(&rec);
+        prop_assert_eq!(check_parts(&h, &d, &identity).unwrap().flags, flags);
+        let (h, d) = split(&bad);
+        prop_assert!(check_parts(&h, &d, &identity).is_err());
+        let mut other = identity.clone();
+        other[0] ^= 1;
+        let (h, d) = split(&rec);
+        if !d.is_empty() {
+            let short = &d[..d.len() - 1 - cut % d.len()];
+            let truncated = matches!(check_parts(&h, short, &identity), Err(Invalid::Truncated { .. }));
+            prop_assert!(truncated);
+        }
+        prop_assert_eq!(check_parts(&h, &d, &other).unwrap_err(), Invalid::OtherChunk);
     }
 
     #[test]
