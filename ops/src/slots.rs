@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use memarts_disk::layout::{meta_table_path, resident_table_path};
+use memarts_disk::layout::{meta_table_path, packed_table_path, resident_table_path};
 use nix::fcntl::{Flock, FlockArg};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -69,6 +69,13 @@ pub(crate) fn clean_stale(run_dir: &Path) -> Result<usize> {
         removed += usize::from(std::fs::remove_file(meta_table_path(run_dir, slot)).is_ok());
         // And its resident table (dead with it already: its owner lock says so).
         removed += usize::from(std::fs::remove_file(resident_table_path(run_dir, slot)).is_ok());
+        // And its packed table, marked superseded first: a shim that still maps it takes nothing
+        // more from it (a slot that starts again may number its segments anew).
+        let packed = packed_table_path(run_dir, slot);
+        if let Ok(table) = memarts_disk::packed_table::PackedFile::open_writable(&packed) {
+            table.table().mark_superseded();
+        }
+        removed += usize::from(std::fs::remove_file(&packed).is_ok());
         removed += usize::from(std::fs::remove_file(&path).is_ok());
         drop(lock);
     }

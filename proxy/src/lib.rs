@@ -123,7 +123,7 @@ pub fn build_engine_with(
 }
 
 /// Creates the slot's metadata table, from which shims of the fleet's uid read warm objects with no
-/// round trip (`engine/local_reads.rs`). Not where nothing is cached or the metadata is never trusted
+/// round trip (`engine/local_reads.rs`), and the tables of its packed and resident chunks. Not where nothing is cached or the metadata is never trusted
 /// (a TTL of 0: every read asks the origin). A table that cannot be made only costs the local hits.
 pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     let ttl = cfg.meta_ttl();
@@ -134,6 +134,10 @@ pub fn publish_metadata(cfg: &FleetConfig, slot: u32, engine: &Arc<Engine>) {
     if let Err(e) = engine.metadata().cache().publish_at(path.clone()) {
         tracing::warn!("no local hits: cannot create {}: {e}", path.display());
         return;
+    }
+    let path = memarts_disk::layout::packed_table_path(&cfg.run_dir, slot);
+    if let Err(e) = engine.disk().publish_packed(path.clone()) {
+        tracing::warn!("packed chunks are read through the slot: cannot create {}: {e}", path.display());
     }
     let fleet = cfg.resident_memory.unwrap_or_else(engine::resident::default_fleet_budget);
     let budget = engine::resident::slot_budget(fleet, cfg.slots);

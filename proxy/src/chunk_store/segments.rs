@@ -21,6 +21,11 @@
 //!   After a restart with another number of slots, each slot copies the records it now owns from
 //!   the segments the other slots wrote before ([`Segments::adopt`]); none compacts until all have.
 //!
+//! - Where each record is, is published for the shims of the fleet's uid (`packed_publisher.rs`,
+//!   once [`Segments::publish_at`] set it up): an entry once the record is written, moved with it
+//!   by a compaction (`segment_compaction.rs`) before its old segment goes, withdrawn when it is
+//!   dropped and before its segment file is unlinked.
+//!
 //! One writer per directory: the slot holds the directory's lock (`segment_files::lock`); a process
 //! that cannot take it (an embedded engine beside a fleet) keeps its chunks as files.
 
@@ -33,13 +38,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
+use memarts_disk::packed_table::RecordPlace;
 use memarts_disk::segment::{self, IndexEntry, INDEX_ENTRY, SEGMENT_HEADER};
 
+use super::packed_publisher::PackedPublisher;
 use super::segment_files as files;
 
 /// The most a slot may be told to pack (`pack_max`): packed chunks are sent inline, never passed
 /// as a file. (Below 32 KiB a file's header page and block rounding cost 12% and more.)
 pub const PACK_MAX: u64 = crate::engine::INLINE_MAX;
+// Shims look for chunks up to this size in the packed table.
+const _: () = assert!(PACK_MAX <= memarts_disk::packed_table::PACKED_MAX);
 /// The largest and smallest segment: 1/32 of the slot's share of the capacity within these.
 const MAX_SEGMENT: u64 = 64 << 20;
 const MIN_SEGMENT: u64 = 128 << 10;
@@ -55,6 +64,12 @@ struct Loc {
     seq: u32,
     offset: u32,
     len: u32,
+}
+
+impl Loc {
+    fn record(self) -> RecordPlace {
+        RecordPlace { segment: u64::from(self.seq), offset: u64::from(self.offset), len: u64::from(self.len) }
+    }
 }
 
 /// Bytes a record of `len` takes on disk, its index entry included.
@@ -88,6 +103,8 @@ struct State {
     active: Option<u32>,
     next_seq: u32,
     segment_bytes: u64,
+    /// Where the records are, published for shims (`packed_publisher.rs`), once set up.
+    published: Option<PackedPublisher>,
 }
 
 impl State {
@@ -100,6 +117,28 @@ impl State {
         if let Some(seg) = self.segs.get_mut(&loc.seq) {
             seg.live = seg.live.saturating_sub(taken(loc.len));
         }
+    }
+
+    /// Chunk `id`'s record is at `loc` (its bytes written): the one it replaces is dead, and the
+    /// shims are told the new place.
+    fn place(&mut self, id: u128, loc: Loc) {
+        if let Some(old) = self.locs.insert(id, loc) {
+            self.kill(old);
+        }
+        if let Some(published) = self.published.as_mut() {
+            let locs = &self.locs;
+            published.publish(id, loc.record(), || locs.iter().map(|(&id, l)| (id, l.record())).collect());
+        }
+    }
+
+    /// Drops chunk `id`'s record (dead from now on), its entry withdrawn first; where it was.
+    fn unplace(&mut self, id: u128) -> Option<Loc> {
+        if let Some(published) = self.published.as_mut() {
+            published.withdraw(id);
+        }
+        let loc = self.locs.remove(&id)?;
+        self.kill(loc);
+        Some(loc)
     }
 }
 
@@ -143,6 +182,7 @@ impl Segments {
             active: None,
             next_seq: 0,
             segment_bytes: MAX_SEGMENT,
+            published: None,
         };
         for (seq, file, entries) in files::load(&dir, true, u32::MAX)? {
             let end = file.metadata()?.len();
@@ -150,10 +190,7 @@ impl Segments {
             state.counts.insert(seq, entries.len() as u64);
             state.next_seq = seq.saturating_add(1);
             for e in entries.into_iter().filter(|e| owns(e.id)) {
-                let loc = Loc { seq, offset: e.offset, len: e.record_len };
-                if let Some(old) = state.locs.insert(e.id, loc) {
-                    state.kill(old);
-                }
+                state.place(e.id, Loc { seq, offset: e.offset, len: e.record_len });
                 state.segs.get_mut(&seq).expect("inserted above").live += taken(e.record_len);
             }
         }
@@ -251,26 +288,6 @@ impl Segments {
         self.state().segs.is_empty()
     }
 
-    /// Bytes on disk that hold no live record (dead records, and each file's last block).
-    fn dead(&self) -> u64 {
-        let st = self.state();
-        st.segs.keys().map(|&seq| st.dead_of(seq)).sum()
-    }
-
-    /// Compacts the segments with the most dead records while they take more than their room
-    /// ([`Segments::reserved`]), at most a few at a time. Blocking.
-    pub fn reclaim(&self) {
-        if !self.settled() {
-            return;
-        }
-        let room = self.state().segment_bytes * DEAD_SEGMENTS;
-        for _ in 0..2 * DEAD_SEGMENTS {
-            if self.dead() <= room || !self.compact_most_dead() {
-                return;
-            }
-        }
-    }
-
     /// Bytes a record of this identity and data takes on disk ([`Segments::put`]'s answer).
     pub fn on_disk_len(identity_len: usize, data_len: u64) -> u64 {
         taken(segment::record_len(identity_len, data_len as usize) as u32)
@@ -329,9 +346,8 @@ impl Segments {
             appended.push(IndexEntry { id, offset: loc.offset, record_len: loc.len });
         }
         *st.counts.entry(seq).or_insert(0) += 1;
-        if let Some(old) = st.locs.insert(id, loc) {
-            st.kill(old);
-        }
+        // Its bytes are in the file: shims may read it there from now on.
+        st.place(id, loc);
         Ok(loc)
     }
 
@@ -403,78 +419,22 @@ impl Segments {
     fn remove_at(&self, id: u128, loc: Loc) {
         let mut st = self.state();
         if st.locs.get(&id) == Some(&loc) {
-            st.locs.remove(&id);
-            st.kill(loc);
+            st.unplace(id);
         }
     }
 
     /// Drops the chunk `id` (its record is dead; [`Segments::reclaim`] frees its room); false if
     /// it is not packed here.
     pub fn remove(&self, id: u128) -> bool {
-        let mut st = self.state();
-        st.locs.remove(&id).map(|loc| st.kill(loc)).is_some()
+        self.state().unplace(id).is_some()
     }
 
-    /// Compacts the segment with the most dead records (the active one is sealed first if it is
-    /// that one): false if none has any worth it, or while the fleet has not settled (another slot
-    /// may still take chunks from them).
-    fn compact_most_dead(&self) -> bool {
-        if !self.settled() {
-            return false;
-        }
-        let most = {
-            let mut st = self.state();
-            let most = st.segs.keys().copied().max_by_key(|&seq| st.dead_of(seq));
-            // A segment's last blocks are never all full: only dead records are worth a copy.
-            let Some(seq) = most.filter(|&seq| st.dead_of(seq) > 3 * BLOCK) else { return false };
-            if st.active == Some(seq) {
-                self.seal(&mut st, seq);
-            }
-            seq
-        };
-        match self.compact(most) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::warn!(seq = most, "could not compact a segment: {e}");
-                false
-            }
-        }
-    }
-
-    /// Moves the live records of the sealed segment `seq` to the active one, then removes it.
-    fn compact(&self, seq: u32) -> io::Result<()> {
-        let (file, entries) = {
-            let st = self.state();
-            let Some(seg) = st.segs.get(&seq) else { return Ok(()) };
-            let live: Vec<(u128, Loc)> =
-                st.locs.iter().filter(|(_, l)| l.seq == seq).map(|(&id, &l)| (id, l)).collect();
-            (Arc::clone(&seg.file), live)
-        };
-        for (id, loc) in entries {
-            let mut bytes = vec![0u8; loc.len as usize];
-            let good = file.read_exact_at(&mut bytes, u64::from(loc.offset)).is_ok()
-                && segment::check_record(&bytes, None).is_ok();
-            let mut st = self.state();
-            if st.locs.get(&id) != Some(&loc) {
-                continue; // dropped or replaced meanwhile
-            }
-            if !good {
-                st.locs.remove(&id);
-                st.kill(loc);
-                continue;
-            }
-            if let Err(e) = self.append(&mut st, id, &bytes, false) {
-                // What could not be moved is dropped with the segment: a miss, not an error.
-                st.locs.remove(&id);
-                st.kill(loc);
-                tracing::warn!("could not move a record out of segment {seq}: {e}");
-            }
-        }
+    /// Publishes where every record is in a new table at `path` (`packed_publisher.rs`), kept in
+    /// step from now on, for shims to read packed chunks with no round trip. Blocking.
+    pub fn publish_at(&self, path: PathBuf) -> io::Result<()> {
         let mut st = self.state();
-        st.segs.remove(&seq);
-        st.counts.remove(&seq);
-        st.locs.retain(|_, l| l.seq != seq);
-        files::remove(&self.dir, seq);
+        let records = st.locs.iter().map(|(&id, l)| (id, l.record())).collect();
+        st.published = Some(PackedPublisher::create(path, records)?);
         Ok(())
     }
 
@@ -491,6 +451,9 @@ impl Segments {
         st.locs.iter().map(|(&id, l)| (id, taken(l.len), written[&l.seq])).collect()
     }
 }
+
+#[path = "segment_compaction.rs"]
+mod compaction;
 
 #[cfg(test)]
 #[path = "segments_tests.rs"]

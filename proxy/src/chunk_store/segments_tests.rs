@@ -1,5 +1,6 @@
 use super::*;
 use crate::chunk_store::ChunkKey;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 fn key(i: u64) -> ChunkKey {
@@ -239,4 +240,129 @@ fn a_fleet_of_another_size_takes_its_chunks_from_the_old_slots_segments() {
         0,
         "a settled fleet takes nothing"
     );
+}
+
+/// What a shim finds of record `i` through the packed table at `table` (`memarts_disk::packed_table`):
+/// `None` when it is not published or moved while read (a miss), else the verdict of the checks on
+/// the bytes at the place it names, read while the entry held.
+fn read_published(dir: &Path, table: &Path, i: u64) -> Option<Result<Vec<u8>, segment::Invalid>> {
+    let file = memarts_disk::packed_table::PackedFile::open(table).unwrap();
+    let table = file.table();
+    let k = key(i);
+    let entry = table.lookup(k.id().0)?;
+    let path = dir.join("0").join(format!("{:016x}.seg", entry.record.segment));
+    let mut bytes = vec![0u8; entry.record.len as usize];
+    let read = std::fs::File::open(path).and_then(|f| f.read_exact_at(&mut bytes, entry.record.offset));
+    if !table.unchanged(&entry) {
+        return None;
+    }
+    read.expect("an entry that held names a segment file that is there, whole");
+    Some(segment::check_record(&bytes, Some(&k.identity_bytes())).map(|(_, d)| d.to_vec()))
+}
+
+#[test]
+fn the_packed_table_names_each_record_after_a_put_a_compaction_and_a_restart_and_no_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let table = run.path().join("packed-0.table");
+    let s = open(dir.path());
+    for i in 0..50 {
+        put(&s, i);
+    }
+    s.publish_at(table.clone()).unwrap();
+    let first = memarts_disk::packed_table::PackedFile::open(&table).unwrap();
+    // Records written before the table was made, and after, are published; enough to grow it.
+    let n = 5000u64;
+    for i in 50..n {
+        put(&s, i);
+    }
+    assert!(first.table().superseded(), "the table grew: its first file says so");
+    for i in 0..n {
+        assert!(read_published(dir.path(), &table, i) == Some(Ok(data(i))), "record {i} after its put");
+    }
+    // Removed: withdrawn at once. Then compacted: the live records are found at their new places.
+    let before = seg_files(dir.path());
+    for i in (0..n).step_by(2) {
+        assert!(s.remove(key(i).id().0));
+        assert_eq!(read_published(dir.path(), &table, i), None, "record {i} removed");
+    }
+    s.reclaim();
+    assert!(before.iter().any(|b| !seg_files(dir.path()).contains(b)), "nothing was compacted");
+    for i in (1..n).step_by(2) {
+        assert!(read_published(dir.path(), &table, i) == Some(Ok(data(i))), "record {i} after compaction");
+    }
+    let file = memarts_disk::packed_table::PackedFile::open(&table).unwrap();
+    let entries = file.table().entries();
+    assert_eq!(entries.len() as u64, n / 2, "one entry per live record, none for the removed");
+    assert!(entries
+        .iter()
+        .all(|(_, r)| seg_files(dir.path()).iter().any(|p| p.ends_with(format!("{:016x}.seg", r.segment)))));
+    // A record found damaged is withdrawn.
+    let (i, at) = (1, file.table().lookup(key(1).id().0).unwrap().record);
+    let seg = dir.path().join("0").join(format!("{:016x}.seg", at.segment));
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&seg).unwrap();
+    let mut byte = [0u8];
+    f.read_exact_at(&mut byte, at.offset + at.len - 9).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x40], at.offset + at.len - 9).unwrap();
+    assert!(matches!(read_published(dir.path(), &table, i), Some(Err(_))), "the damage is seen");
+    let k = key(i);
+    assert!(matches!(s.read(k.id().0, &k.identity_bytes()).unwrap(), Some(Err(_))));
+    assert_eq!(read_published(dir.path(), &table, i), None, "and the damaged record withdrawn");
+    // The slot starts again: its new table holds what it loaded, the old one is superseded.
+    drop(s);
+    let s = open(dir.path());
+    s.publish_at(table.clone()).unwrap();
+    assert!(file.table().superseded(), "the last run's table says a newer one is in place");
+    for i in (3..n).step_by(2) {
+        assert_eq!(read_published(dir.path(), &table, i), Some(Ok(data(i))), "record {i} after a restart");
+    }
+}
+
+#[test]
+fn a_reader_of_the_packed_table_racing_compactions_finds_every_entry_that_held_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let table = run.path().join("packed-0.table");
+    let s = Arc::new(open(dir.path()));
+    s.publish_at(table.clone()).unwrap();
+    let n = 4000u64;
+    for i in 0..n {
+        put(&s, i);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (stop, dir, table) = (Arc::clone(&stop), dir.path().to_path_buf(), table.clone());
+            std::thread::spawn(move || {
+                let (mut reads, mut found) = (0u64, 0u64);
+                while reads < 2000 || !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let i = (reads * 7 + r) % n;
+                    match read_published(&dir, &table, i) {
+                        None => {}
+                        Some(got) => {
+                            assert!(got == Ok(data(i)), "record {i}: an entry that held named other bytes");
+                            found += 1;
+                        }
+                    }
+                    reads += 1;
+                }
+                found
+            })
+        })
+        .collect();
+    for i in (0..n).filter(|i| i % 3 != 0) {
+        assert!(s.remove(key(i).id().0));
+        if i % 50 == 0 {
+            s.reclaim();
+        }
+    }
+    s.reclaim();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        assert!(r.join().unwrap() > 0, "the readers found nothing to check");
+    }
+    for i in 0..n {
+        let want = (i % 3 == 0).then(|| Ok(data(i)));
+        assert!(read_published(dir.path(), &table, i) == want, "record {i} at the end");
+    }
 }

@@ -194,6 +194,12 @@ impl ChunkStore {
         self.packed.get().map_or(Ok(0), |s| s.adopt(owns))
     }
 
+    /// Publishes where the packed records are, for shims (`Segments::publish_at`); false without
+    /// segments. Blocking.
+    pub fn publish_packed(&self, path: PathBuf) -> io::Result<bool> {
+        self.packed.get().map_or(Ok(false), |s| s.publish_at(path).map(|()| true))
+    }
+
     /// Every packed chunk, as a scan would find a chunk file.
     pub fn packed_chunks(&self) -> Vec<ScannedChunk> {
         let Some(segments) = self.packed.get() else { return Vec::new() };

@@ -27,6 +27,13 @@ impl DiskChunks {
         Ok(())
     }
 
+    /// Publishes where the slot's packed chunks are, in a table at `path` kept in step with them
+    /// (`chunk_store/packed_publisher.rs`), so that shims read them too with no round trip; false
+    /// when the slot packs nothing (it could not open its segments).
+    pub fn publish_packed(&self, path: std::path::PathBuf) -> std::io::Result<bool> {
+        self.store.publish_packed(path)
+    }
+
     /// Lets go of chunk `id`'s resident entry, if it has one (it is being evicted or dropped).
     pub(super) fn release_resident(&self, id: u128) {
         if let Some(resident) = self.resident.get() {

@@ -1,0 +1,99 @@
+//! Compaction of a slot's segments (`segments.rs`): once dead records take more than their room,
+//! the segments with the most of them have their live records copied to the active segment (each
+//! published at its new place before the old segment goes), then are removed (every entry still
+//! naming them withdrawn first).
+
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use memarts_disk::segment;
+
+use super::{files, Loc, Segments, BLOCK, DEAD_SEGMENTS};
+
+impl Segments {
+    /// Bytes on disk that hold no live record (dead records, and each file's last block).
+    pub(super) fn dead(&self) -> u64 {
+        let st = self.state();
+        st.segs.keys().map(|&seq| st.dead_of(seq)).sum()
+    }
+
+    /// Compacts the segments with the most dead records while they take more than their room
+    /// ([`Segments::reserved`]), at most a few at a time. Blocking.
+    pub fn reclaim(&self) {
+        if !self.settled() {
+            return;
+        }
+        let room = self.state().segment_bytes * DEAD_SEGMENTS;
+        for _ in 0..2 * DEAD_SEGMENTS {
+            if self.dead() <= room || !self.compact_most_dead() {
+                return;
+            }
+        }
+    }
+
+    /// Compacts the segment with the most dead records (the active one is sealed first if it is
+    /// that one): false if none has any worth it, or while the fleet has not settled (another slot
+    /// may still take chunks from them).
+    fn compact_most_dead(&self) -> bool {
+        if !self.settled() {
+            return false;
+        }
+        let most = {
+            let mut st = self.state();
+            let most = st.segs.keys().copied().max_by_key(|&seq| st.dead_of(seq));
+            // A segment's last blocks are never all full: only dead records are worth a copy.
+            let Some(seq) = most.filter(|&seq| st.dead_of(seq) > 3 * BLOCK) else { return false };
+            if st.active == Some(seq) {
+                self.seal(&mut st, seq);
+            }
+            seq
+        };
+        match self.compact(most) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(seq = most, "could not compact a segment: {e}");
+                false
+            }
+        }
+    }
+
+    /// Moves the live records of the sealed segment `seq` to the active one, then removes it.
+    fn compact(&self, seq: u32) -> io::Result<()> {
+        let (file, entries) = {
+            let st = self.state();
+            let Some(seg) = st.segs.get(&seq) else { return Ok(()) };
+            let live: Vec<(u128, Loc)> =
+                st.locs.iter().filter(|(_, l)| l.seq == seq).map(|(&id, &l)| (id, l)).collect();
+            (Arc::clone(&seg.file), live)
+        };
+        for (id, loc) in entries {
+            let mut bytes = vec![0u8; loc.len as usize];
+            let good = file.read_exact_at(&mut bytes, u64::from(loc.offset)).is_ok()
+                && segment::check_record(&bytes, None).is_ok();
+            let mut st = self.state();
+            if st.locs.get(&id) != Some(&loc) {
+                continue; // dropped or replaced meanwhile
+            }
+            if !good {
+                st.unplace(id);
+                continue;
+            }
+            if let Err(e) = self.append(&mut st, id, &bytes, false) {
+                // What could not be moved is dropped with the segment: a miss, not an error.
+                st.unplace(id);
+                tracing::warn!("could not move a record out of segment {seq}: {e}");
+            }
+        }
+        let mut st = self.state();
+        // No shim may find a record of the segment once its file is gone.
+        let left: Vec<u128> = st.locs.iter().filter(|(_, l)| l.seq == seq).map(|(&id, _)| id).collect();
+        for id in left {
+            st.unplace(id);
+        }
+        st.segs.remove(&seq);
+        st.counts.remove(&seq);
+        files::remove(&self.dir, seq);
+        Ok(())
+    }
+}
