@@ -54,6 +54,16 @@ pub const INDEX_MAGIC: &[u8; 8] = b"MASEGIX1";
 /// Bytes per index entry.
 pub const INDEX_ENTRY: usize = 24;
 
+/// The directory of the slots' segment directories under a cache root: `<root>/v1/segments`.
+pub fn segments_dir(cache_root: &std::path::Path) -> std::path::PathBuf {
+    cache_root.join("v1").join("segments")
+}
+
+/// Segment `seq` of `slot` under `segments` (see [`segments_dir`]): `<segments>/<slot>/<seq:016x>.seg`.
+pub fn segment_path(segments: &std::path::Path, slot: u32, seq: u64) -> std::path::PathBuf {
+    segments.join(slot.to_string()).join(format!("{seq:016x}.seg"))
+}
+
 /// Why bytes are not a record (or an index) this code can serve.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Invalid {

@@ -13,7 +13,8 @@
 //! - `chunk_files`: the chunk files local reads open: only those of the fleet's uid.
 //! - [`local_reads`]: warm chunks read straight from their files (the version from the slots' published
 //!   metadata), checked as the proxy checks them, with no round trip; reported to the slots in
-//!   batches by `touch` (the rest when the client goes or the process ends).
+//!   batches by `touch` (the rest when the client goes or the process ends); small chunks its
+//!   slot packed are read from their records in the slot's segment files by `packed_reads`.
 //! - [`stream`]: a sequential reader of one pinned version (`cat`, Python `File` reads, fsspec).
 //! - [`readahead`]: the one read-ahead, of streams and of `memarts mount`'s files: a growing window
 //!   of chunk fetches in flight on the process's fetch threads, within one memory budget.
@@ -38,6 +39,7 @@ pub mod error;
 mod fleet_file;
 pub mod local_file;
 pub mod local_reads;
+mod packed_reads;
 mod per_process;
 pub mod prefetch;
 mod read;

@@ -23,6 +23,10 @@
 //! in the resident table instead, where the slot counts them (no request at all). This is the first of
 //! a client's chunk sources (`sources.rs`).
 //!
+//! A small chunk its slot packed into a segment file (`memarts_disk::segment`) is read from its
+//! record there, found in the slot's packed table and checked as the slot checks it
+//! (`packed_reads.rs`), with the same fallbacks and reports.
+//!
 //! A chunk that goes straight to an output (`memarts cat`: `LocalReads::write_mapped_chunk`) is not
 //! copied into a buffer at all: its file is mapped and locked in memory (`mlock`: the pages checked
 //! are the pages written out, none can be dropped and read again from the disk in between),
@@ -46,12 +50,14 @@ use memarts_disk::chunk_file::{chunks_dir, format, ChunkId};
 use memarts_disk::layout::{meta_table_path, resident_table_path};
 use memarts_disk::meta_table::{url_key, TableFile};
 use memarts_disk::resident_table::{ResidentEntry, ResidentFile, ResidentTable};
+use memarts_disk::segment::segments_dir;
 use memarts_protocol::{ObjectMeta, ObjectUrl, Touch};
 
 pub(crate) use crate::chunk_check::Found;
 use crate::chunk_check::{check, identity_of, map_checked, resident_of, resident_throughout};
 use crate::chunk_files::{ChunkFiles, Opened};
 use crate::conn::Dialer;
+use crate::packed_reads::PackedReads;
 use crate::room::{pread_exact, Room};
 use crate::slot_tables::{mapped, Mapped};
 use crate::touch::ReadReports;
@@ -75,6 +81,8 @@ pub struct LocalCounters {
     pub fallbacks: AtomicU64,
     /// Chunk files that failed their checks: never served, refetched by their slot.
     pub corrupt: AtomicU64,
+    /// Of the hits, small chunks read from the segment file their slot packed them into.
+    pub packed: AtomicU64,
     /// Of the hits, chunks their slot held resident (locked in memory, checked when resident) all
     /// through the read, whose CRC32C was therefore not computed again.
     pub resident: AtomicU64,
@@ -85,6 +93,8 @@ pub(crate) struct LocalReads {
     run_dir: PathBuf,
     /// The chunk files, opened only if they are the fleet's (`chunk_files.rs`).
     chunks: ChunkFiles,
+    /// The small chunks packed into segment files (`packed_reads.rs`).
+    packed: PackedReads,
     tables: Mutex<Vec<Option<Mapped<TableFile>>>>,
     resident: Mutex<Vec<Option<Mapped<ResidentFile>>>>,
     /// The reads to report, sent in batches, the rest when this goes.
@@ -108,6 +118,7 @@ impl LocalReads {
         Some(LocalReads {
             run_dir: run_dir.to_path_buf(),
             chunks: ChunkFiles::new(chunks_dir(facts.cache_dir.as_ref()?), owner),
+            packed: PackedReads::new(run_dir.to_path_buf(), segments_dir(facts.cache_dir.as_ref()?), owner),
             tables: Mutex::default(),
             resident: Mutex::default(),
             reports: ReadReports::new(dial.clone()),
@@ -161,6 +172,20 @@ impl LocalReads {
         dst: &mut Room,
     ) -> Found {
         let (identity, id) = identity_of(url, etag, chunk_size, index);
+        // A small chunk may be packed: looked for in its slot's packed table first (no system
+        // call unless it is there); a larger one never is.
+        if PackedReads::may_hold(dst.len()) {
+            match self.packed.read(slot, id, &identity, dst) {
+                Found::Absent => {}
+                found => {
+                    if found == Found::Served {
+                        self.counters.packed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.count(found, slot, id, dst.len(), None);
+                    return found;
+                }
+            }
+        }
         let resident = self.resident(slot);
         let entry = resident_of(resident.as_deref(), id);
         let found = match self.chunks.open(ChunkId(id)) {

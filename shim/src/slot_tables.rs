@@ -1,4 +1,4 @@
-//! The tables a slot publishes in the run dir (its metadata, its resident chunks), mapped by a client once and
+//! The tables a slot publishes in the run dir (its metadata, its packed and resident chunks), mapped by a client once and
 //! mapped again when the slot replaced them (it grew a table, or started again).
 
 use std::io;
@@ -74,4 +74,16 @@ pub(crate) fn mapped<T: SlotTable>(
     let table = current.or_else(|| T::open(&path).ok().map(Arc::new));
     *entry = Some(Mapped { table: table.clone(), checked: Instant::now() });
     table
+}
+
+impl SlotTable for memarts_disk::packed_table::PackedFile {
+    fn open(path: &Path) -> io::Result<Self> {
+        memarts_disk::packed_table::PackedFile::open(path)
+    }
+    fn superseded(&self) -> bool {
+        self.table().superseded()
+    }
+    fn is_current(&self, path: &Path) -> bool {
+        memarts_disk::packed_table::PackedFile::is_current(self, path)
+    }
 }

@@ -27,6 +27,7 @@ mod memarts_only;
 mod mount;
 mod origin_errors;
 mod origin_faults;
+mod packed_local_reads;
 mod prefetch;
 mod protocol_abuse;
 mod reads;

@@ -250,7 +250,8 @@ fn read_published(dir: &Path, table: &Path, i: u64) -> Option<Result<Vec<u8>, se
     let table = file.table();
     let k = key(i);
     let entry = table.lookup(k.id().0)?;
-    let path = dir.join("0").join(format!("{:016x}.seg", entry.record.segment));
+    // The shims' name for it (`memarts_disk::segment::segment_path`), which must be the slot's.
+    let path = segment::segment_path(dir, 0, entry.record.segment);
     let mut bytes = vec![0u8; entry.record.len as usize];
     let read = std::fs::File::open(path).and_then(|f| f.read_exact_at(&mut bytes, entry.record.offset));
     if !table.unchanged(&entry) {
