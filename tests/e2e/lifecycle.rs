@@ -191,8 +191,8 @@ fn stop_proxy_drains_reads_in_flight_and_cleans_up_after_killed_slots_only() {
         let got = r.join().unwrap().unwrap_or_else(|e| panic!("the read in flight on slot {i} failed: {e}"));
         assert!(got == data[i], "the read in flight on slot {i} returned wrong bytes");
     }
-    // The dead slot's socket, pid file, metadata table and resident table.
-    assert!(stdout.contains("stopped 2 proxies, cleaned 4 stale files"), "{stdout}{stderr}");
+    // The dead slot's socket, pid file, metadata table, packed table and resident table.
+    assert!(stdout.contains("stopped 2 proxies, cleaned 5 stale files"), "{stdout}{stderr}");
     assert!(!stderr.contains("did not drain"), "{stderr}");
     let left: Vec<String> = std::fs::read_dir(&fleet.run_dir)
         .unwrap()

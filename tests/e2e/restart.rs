@@ -103,8 +103,8 @@ fn stop_proxy_after_kill_9_of_the_whole_fleet_cleans_up_and_start_works() {
     std::thread::sleep(Duration::from_millis(200));
     // A start over the wreck must work: stale files are not a live fleet.
     let out = fleet.stop_proxy();
-    // Per slot: its socket, its pid file, its metadata table and its resident table.
-    assert!(text(&out.stdout).contains("stopped 0 proxies, cleaned 12 stale files"), "{}", text(&out.stdout));
+    // Per slot: its socket, its pid file, its metadata table, its packed table and its resident table.
+    assert!(text(&out.stdout).contains("stopped 0 proxies, cleaned 15 stale files"), "{}", text(&out.stdout));
     let leftovers: Vec<_> = std::fs::read_dir(&fleet.run_dir)
         .unwrap()
         .flatten()
