@@ -53,8 +53,10 @@ pub const VERSION: u64 = 1;
 pub const HEADER_WORDS: usize = 8;
 /// Words per entry.
 pub const ENTRY_WORDS: usize = 8;
-/// Places an entry may occupy, from its home place on.
-pub const PROBES: usize = 8;
+/// Places an entry may occupy, from its home place on: 32, as in the metadata table, so that a
+/// table fills to about half before a chunk first finds all its places taken (at 8, a quarter:
+/// the table grew twice as early).
+pub const PROBES: usize = 32;
 /// The largest chunk a slot packs (its `pack_max` is at most this): a shim looks for larger chunks
 /// as files only.
 pub const PACKED_MAX: u64 = 64 << 10;
