@@ -93,8 +93,8 @@ pub struct FleetConfig {
     #[serde(deserialize_with = "de_size", alias = "pin_memory")]
     pub resident_memory: Option<u64>,
     /// Chunks of at most this many bytes (up to 64 KiB) are packed into segment files
-    /// (`chunk_store/segments.rs`) instead of a file each; `None` or 0: none are. A number or a
-    /// string such as `"32KiB"`.
+    /// (`chunk_store/segments.rs`) instead of a file each; `None`: 32 KiB, 0: none are. A number
+    /// or a string such as `"32KiB"`.
     #[serde(deserialize_with = "de_size")]
     pub pack_max: Option<u64>,
     pub origin: OriginConfig,

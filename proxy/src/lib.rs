@@ -90,7 +90,7 @@ pub fn build_engine_with(
     // Opened whatever `pack_max` says: chunks packed while it was set stay found (and their room
     // reclaimed) after it was unset.
     if !cfg.passthrough {
-        let (slots, pack_max) = (cfg.slots, cfg.pack_max.unwrap_or(0));
+        let (slots, pack_max) = (cfg.slots, cfg.pack_max.unwrap_or(chunk_store::DEFAULT_PACK_MAX));
         let owns = |id| memarts_protocol::owner_slot(id, slots) == slot;
         match store.open_segments(&tree, (slot, slots), pack_max, owns) {
             Ok(true) => {}

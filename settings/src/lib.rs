@@ -88,7 +88,7 @@ vars! {
     "MEMARTS_RESIDENT_MEMORY", Fleet, "bytes of locally read chunks the fleet keeps resident (locked in memory, checked once), e.g. 2GiB (default: a sixteenth of the memory; 0: none)";
     "MEMARTS_PIN_MEMORY", Fleet, "the former name of MEMARTS_RESIDENT_MEMORY, read when that is unset";
     "MEMARTS_EVICTION", Fleet, "what a full cache keeps: tinylfu (default: chunks read more often win) or lru";
-    "MEMARTS_PACK_MAX", Fleet, "chunks of at most this many bytes (up to 64KiB) are packed into segment files, not a file each, e.g. 32KiB (default 0: none)";
+    "MEMARTS_PACK_MAX", Fleet, "chunks of at most this many bytes (up to 64KiB) are packed into segment files, not a file each, 0 packs none (default 32KiB)";
     "MOX_OBS_CLIENT_LOG", Fleet, "1: log every origin request to <run dir>/origin-<slot>.log (default 1)";
     "MEMARTS_CREDENTIALS_FILE", Fleet, "a JSON credentials file re-read as it rotates (the OSS connector's format)";
     "MEMARTS_LOG", Fleet, "proxy log filter: info, debug, memarts_proxy=debug... (default info)";

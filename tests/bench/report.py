@@ -76,13 +76,13 @@ REPORTED = {
     "warm_small_1_process_vs_local_files": "warm",
     "warm_file_read_loop_vs_local_file": "warm",
     "small_fill_vs_one_file_write": "small_objects",
-    "small_packed_fill_vs_cp_r": "small_objects",
-    "small_packed_fill_vs_one_file_write": "small_objects",
-    "small_packed_space_amplification": "small_objects",
-    "small_packed_proxy_memory_bytes_per_object": "small_objects",
-    "small_packed_tables_bytes_per_object": "small_objects",
-    "small_packed_restart_s_per_million": "small_objects",
-    "small_packed_warm_vs_local_files": "small_objects",
+    "small_files_fill_vs_cp_r": "small_objects",
+    "small_files_fill_vs_one_file_write": "small_objects",
+    "small_files_space_amplification": "small_objects",
+    "small_files_proxy_memory_bytes_per_object": "small_objects",
+    "small_files_tables_bytes_per_object": "small_objects",
+    "small_files_restart_s_per_million": "small_objects",
+    "small_files_warm_vs_local_files": "small_objects",
 }
 
 INPUTS = ("fleet", "python", "compare", "cluster", "mount", "link", "warm", "field", "small_objects")

@@ -3,8 +3,8 @@
 (target/release by default). Writes tests/bench/results/small_objects.json and prints a table.
 Asserts nothing about timings; every epoch checks the CRC32 of every object against its file.
 
-The scenario, with default settings (a fleet of 2 slots: one per core here), and again with small
-chunks packed (`MEMARTS_PACK_MAX=32KiB`), on a local origin (a directory on the same disk as the cache, no network: the cache's own
+The scenario, with default settings (a fleet of 2 slots: one per core here; small chunks packed
+into segments), and again with a file per chunk (`MEMARTS_PACK_MAX=0`), on a local origin (a directory on the same disk as the cache, no network: the cache's own
 cost per object is what shows):
 - the dataset: objects of 4 KiB, 1,000 per directory;
 - cold fill: `memarts warmup <dataset dir>` (listing and reading every object, filling the cache),
@@ -141,7 +141,7 @@ def restart_until_ready(env):
 
 def memarts_side(base, data, paths, crcs, extra_env):
     """The fill, memory, disk, restart and warm epoch of one fleet (its env on top of the defaults)."""
-    name = "packed" if extra_env else "default"
+    name = "files" if extra_env else "default"
     env = dict(os.environ, MEMARTS_RUN_DIR=os.path.join(base, f"run-{name}"),
                MEMARTS_CACHE_DIR=os.path.join(base, f"cache-{name}"), **extra_env)
     out = {"env": extra_env}
@@ -180,7 +180,7 @@ def main():
     base = tempfile.mkdtemp(prefix="memarts-small-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
     res = {"machine": compare.machine(), "scale": "small" if SMALL_SCALE else "full", "objects": OBJECTS, "object_bytes": SIZE, "proxies": PROXIES,
            "settings": "defaults (start_proxy 2: one slot per core here), local origin on the cache's disk; "
-                       "`packed`: the same with MEMARTS_PACK_MAX=32KiB"}
+                       "`files`: the same with MEMARTS_PACK_MAX=0 (a file per chunk)"}
     try:
         data = os.path.join(base, "dataset")
         os.makedirs(data)
@@ -200,13 +200,13 @@ def main():
             res["warm_local_s"] = field_bench.epoch(pool, field_bench._read_local, list(enumerate(paths)), crcs,
                                                     "local files")
         res["default"] = memarts_side(base, data, paths, crcs, {})
-        res["packed"] = memarts_side(base, data, paths, crcs, {"MEMARTS_PACK_MAX": "32KiB"})
+        res["files"] = memarts_side(base, data, paths, crcs, {"MEMARTS_PACK_MAX": "0"})
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
     res["ratios"] = {}
-    for side in ("default", "packed"):
-        r, p = res[side], "small_" if side == "default" else "small_packed_"
+    for side in ("default", "files"):
+        r, p = res[side], "small_" if side == "default" else "small_files_"
         res["ratios"].update({
             p + "fill_vs_cp_r": res["cp_r_s"] / r["fill_s"],
             p + "fill_vs_one_file_write": res["one_file_write_s"] / r["fill_s"],

@@ -58,7 +58,8 @@ fn a_cache_of_the_two_level_layout_is_moved_to_one_level_and_served_without_refe
     for (k, d) in &objects {
         moto().put(&bucket, k, d);
     }
-    let fleet = Fleet::start(3, &[]);
+    // Every chunk a file, as in a cache of the layout before (small ones are packed now).
+    let fleet = Fleet::start(3, &[("MEMARTS_PACK_MAX", "0")]);
     let read_all = |client: &memarts_shim::Client| {
         for (k, d) in &objects {
             assert!(client.read(&format!("s3://{bucket}/{k}")).unwrap() == *d, "{k}: wrong bytes");

@@ -128,7 +128,7 @@ fn warm_reads_of_the_fleets_own_uid_need_no_request_to_a_proxy_and_are_counted()
 
 #[test]
 fn a_corrupted_chunk_file_is_never_served_it_is_refetched_and_counted() {
-    let (bucket, data, url, fleet, client) = warm_object("directcorrupt", 7100, 2 * MIB + 100);
+    let (bucket, data, url, fleet, client) = warm_object("directcorrupt", 7100, 2 * MIB + 40_000);
     flip_a_data_byte(&chunk_file(&fleet, &client, &url, 1));
     let gets = moto().gets_settled(&bucket);
     assert!(client.read(&url).unwrap() == data, "the damaged byte was served");
@@ -184,7 +184,7 @@ fn traced_cat(fleet: &Fleet, url: &str, wrapper: &[&str]) -> (std::process::Outp
 /// output is the object, byte for byte.
 #[test]
 fn memarts_cat_writes_warm_chunks_from_their_mappings_and_never_a_damaged_one() {
-    let (bucket, data, url, fleet, client) = warm_object("directcat", 7150, 3 * MIB + 100);
+    let (bucket, data, url, fleet, client) = warm_object("directcat", 7150, 3 * MIB + 40_000);
     let chunks = chunks_dir(&fleet.cache_dir);
     let chunk_reads = |trace: &std::path::Path| {
         let reads = traced_calls(trace, &["pread64", "preadv", "preadv2"]);

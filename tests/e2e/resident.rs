@@ -133,7 +133,7 @@ fn chunks_read_locally_are_made_resident_and_their_reads_skip_the_crc_only_while
 /// refused and refetched, never written out as resident.
 #[test]
 fn streams_write_resident_chunks_from_their_mappings_without_checking_them_again() {
-    let (bucket, objects, fleet, client) = warm("pinnedcat", 2, 3 * MIB + 100, &[]);
+    let (bucket, objects, fleet, client) = warm("pinnedcat", 2, 3 * MIB + 40_000, &[]);
     read_until_resident(&client, &objects);
     let client = Arc::new(client);
     let copy = |url: &str| {
@@ -173,7 +173,7 @@ fn streams_write_resident_chunks_from_their_mappings_without_checking_them_again
 /// whole and checks it, refuses it, and its slot fetches it again.
 #[test]
 fn stream_reads_of_resident_chunks_go_straight_into_the_callers_buffer_and_never_serve_a_damaged_one() {
-    let (bucket, objects, fleet, client) = warm("pinnedread", 1, 3 * MIB + 100, &[]);
+    let (bucket, objects, fleet, client) = warm("pinnedread", 1, 3 * MIB + 40_000, &[]);
     read_until_resident(&client, &objects);
     let client = Arc::new(client);
     let (url, data) = &objects[0];

@@ -42,6 +42,6 @@ pub use memarts_disk::chunk_file::{format, verify};
 pub use memarts_disk::chunk_file::{ChunkId, ChunkKey};
 pub use pread::PreadEngine;
 pub use scan::{Scan, ScanReport, ScannedChunk};
-pub use segments::{Packed, PACK_MAX};
+pub use segments::{Packed, DEFAULT_PACK_MAX, PACK_MAX};
 pub use store::{CachedChunk, ChunkStore, StoreError};
 pub use uring::UringEngine;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use memarts_disk::segment;
 
-use super::{files, Loc, Segments, BLOCK, DEAD_SEGMENTS};
+use super::{files, Loc, Segments, BLOCK};
 
 impl Segments {
     /// Bytes on disk that hold no live record (dead records, and each file's last block).
@@ -24,9 +24,8 @@ impl Segments {
         if !self.settled() {
             return;
         }
-        let room = self.state().segment_bytes * DEAD_SEGMENTS;
-        for _ in 0..2 * DEAD_SEGMENTS {
-            if self.dead() <= room || !self.compact_most_dead() {
+        for _ in 0..4 {
+            if self.dead() <= self.state().dead_room() || !self.compact_most_dead() {
                 return;
             }
         }
@@ -93,6 +92,7 @@ impl Segments {
         }
         st.segs.remove(&seq);
         st.counts.remove(&seq);
+        st.changed();
         files::remove(&self.dir, seq);
         Ok(())
     }

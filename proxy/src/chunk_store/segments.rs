@@ -10,11 +10,13 @@
 //!   else than the chunk asked for is a miss, and the record is dropped.
 //! - An evicted or dropped record is dead: its bytes stay in their segment until the segment is
 //!   compacted (its live records copied to the active segment, then the segment removed). The index
-//!   keeps [`Segments::reserved`] of the slot's share free of chunks: room for dead records (a
-//!   sixteenth of the share) and for one compaction's copies (a segment); whenever the dead records
-//!   take more than their room, the segments with the most of them are compacted
-//!   ([`Segments::reclaim`]). So the disk never holds more than the capacity, and an eviction costs
-//!   a compaction only once dead records add up. Readers that are reading from a segment meanwhile
+//!   keeps [`Segments::reserved`] of the slot's share free of chunks, in proportion to what is
+//!   packed: room for dead records (a sixteenth of the live ones, at most two segments, and each
+//!   file's last blocks) and for one compaction's copies (a segment, or every live record if they
+//!   take less); whenever the dead records take more than their room, the segments with the most
+//!   of them are compacted ([`Segments::reclaim`]). So the disk never holds more than the
+//!   capacity, an eviction costs a compaction only once dead records add up, and a slot that packs
+//!   nothing (its chunks are all large) keeps nothing back. Readers that are reading from a segment meanwhile
 //!   keep their open file, whose bytes do not change.
 //! - At start, the slot's records are those its segments' indexes list (the unsealed segment's read
 //!   from its records, cut at the first that fails a check: a torn append) that the slot owns.
@@ -34,7 +36,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
@@ -47,12 +49,17 @@ use super::segment_files as files;
 /// The most a slot may be told to pack (`pack_max`): packed chunks are sent inline, never passed
 /// as a file. (Below 32 KiB a file's header page and block rounding cost 12% and more.)
 pub const PACK_MAX: u64 = crate::engine::INLINE_MAX;
+/// What a slot packs unless told otherwise: chunks of up to 32 KiB, which as files would take
+/// 12% more room and more (a 4 KiB one, twice its size).
+pub const DEFAULT_PACK_MAX: u64 = 32 << 10;
 // Shims look for chunks up to this size in the packed table.
 const _: () = assert!(PACK_MAX <= memarts_disk::packed_table::PACKED_MAX);
 /// The largest and smallest segment: 1/32 of the slot's share of the capacity within these.
 const MAX_SEGMENT: u64 = 64 << 20;
 const MIN_SEGMENT: u64 = 128 << 10;
-/// Segments' worth of dead records a slot keeps before compacting: a sixteenth of its share.
+/// Dead records a slot keeps before compacting: this fraction of its live records ...
+const DEAD_FRACTION: u64 = 16;
+/// ... and at most this many segments' worth (a sixteenth of its share).
 const DEAD_SEGMENTS: u64 = 2;
 
 /// The file system's allocation unit, in which files take room.
@@ -105,9 +112,44 @@ struct State {
     segment_bytes: u64,
     /// Where the records are, published for shims (`packed_publisher.rs`), once set up.
     published: Option<PackedPublisher>,
+    /// Bytes of every segment's live records.
+    live: u64,
+    /// [`State::reserve`], kept current for the chunk index ([`Segments::reserve_gauge`]).
+    reserve: Arc<AtomicU64>,
 }
 
 impl State {
+    /// Room for dead records before a compaction: a sixteenth of the live records (at most two
+    /// segments), and the last blocks of every file, which no compaction frees.
+    fn dead_room(&self) -> u64 {
+        (self.live / DEAD_FRACTION).min(DEAD_SEGMENTS * self.segment_bytes)
+            + 2 * BLOCK * self.segs.len() as u64
+    }
+
+    /// What the index leaves free for the segments beyond their live records: room for dead
+    /// records, and for one compaction's copies (a segment's live records at most); 0 without a
+    /// segment.
+    fn reserve(&self) -> u64 {
+        match self.segs.is_empty() {
+            true => 0,
+            false => self.dead_room() + self.live.min(self.segment_bytes),
+        }
+    }
+
+    /// Live records or segments changed: the index is told what to leave free now.
+    fn changed(&self) {
+        self.reserve.store(self.reserve(), Ordering::Relaxed);
+    }
+
+    /// `bytes` of live records were added to segment `seq`.
+    fn add_live(&mut self, seq: u32, bytes: u64) {
+        if let Some(seg) = self.segs.get_mut(&seq) {
+            seg.live += bytes;
+            self.live += bytes;
+        }
+        self.changed();
+    }
+
     fn dead_of(&self, seq: u32) -> u64 {
         let seg = &self.segs[&seq];
         seg.size(self.counts.get(&seq).copied().unwrap_or(0)).saturating_sub(seg.live)
@@ -115,8 +157,11 @@ impl State {
 
     fn kill(&mut self, loc: Loc) {
         if let Some(seg) = self.segs.get_mut(&loc.seq) {
-            seg.live = seg.live.saturating_sub(taken(loc.len));
+            let bytes = taken(loc.len).min(seg.live);
+            seg.live -= bytes;
+            self.live -= bytes;
         }
+        self.changed();
     }
 
     /// Chunk `id`'s record is at `loc` (its bytes written): the one it replaces is dead, and the
@@ -183,6 +228,8 @@ impl Segments {
             next_seq: 0,
             segment_bytes: MAX_SEGMENT,
             published: None,
+            live: 0,
+            reserve: Arc::new(AtomicU64::new(0)),
         };
         for (seq, file, entries) in files::load(&dir, true, u32::MAX)? {
             let end = file.metadata()?.len();
@@ -191,9 +238,10 @@ impl Segments {
             state.next_seq = seq.saturating_add(1);
             for e in entries.into_iter().filter(|e| owns(e.id)) {
                 state.place(e.id, Loc { seq, offset: e.offset, len: e.record_len });
-                state.segs.get_mut(&seq).expect("inserted above").live += taken(e.record_len);
+                state.add_live(seq, taken(e.record_len));
             }
         }
+        state.changed();
         // The segments from here on hold this fleet's chunks only; those before, if the fleet had
         // another size, are read by the other slots for the chunks they now own.
         if files::since(&dir).is_none_or(|(n, _)| n != slots) {
@@ -270,22 +318,25 @@ impl Segments {
     /// Segments of 1/32 of the slot's `share` of the capacity (within 128 KiB and 64 MiB), so that
     /// one compaction moves a small part of it, and the room kept for one takes little.
     pub fn set_share(&self, share: u64) {
-        self.state().segment_bytes = (share / 32).clamp(MIN_SEGMENT, MAX_SEGMENT);
+        let mut st = self.state();
+        st.segment_bytes = (share / 32).clamp(MIN_SEGMENT, MAX_SEGMENT);
+        st.changed();
     }
 
     pub fn contains(&self, id: u128) -> bool {
         self.state().locs.contains_key(&id)
     }
 
-    /// Bytes of the slot's share the index leaves to the segments beyond their live records: room
-    /// for dead records (two segments: a sixteenth of the share) and for one compaction's copies.
+    /// Bytes of the slot's share the index leaves to the segments beyond their live records, now
+    /// (see the module docs).
     pub fn reserved(&self) -> u64 {
-        self.state().segment_bytes * (DEAD_SEGMENTS + 1)
+        self.state().reserve()
     }
 
-    /// Whether the slot has no segment at all.
-    pub fn is_empty(&self) -> bool {
-        self.state().segs.is_empty()
+    /// [`Segments::reserved`], kept current as records come and go, for the chunk index to read
+    /// without taking the segments' lock.
+    pub fn reserve_gauge(&self) -> Arc<AtomicU64> {
+        Arc::clone(&self.state().reserve)
     }
 
     /// Bytes a record of this identity and data takes on disk ([`Segments::put`]'s answer).
@@ -341,10 +392,10 @@ impl Segments {
         }
         let loc = Loc { seq, offset: offset as u32, len: len as u32 };
         seg.end += len;
-        seg.live += taken(loc.len);
         if let Some(appended) = seg.appended.as_mut() {
             appended.push(IndexEntry { id, offset: loc.offset, record_len: loc.len });
         }
+        st.add_live(seq, taken(loc.len));
         *st.counts.entry(seq).or_insert(0) += 1;
         // Its bytes are in the file: shims may read it there from now on.
         st.place(id, loc);
@@ -361,6 +412,7 @@ impl Segments {
             Seg { file: Arc::new(file), end: SEGMENT_HEADER, live: 0, appended: Some(Vec::new()) },
         );
         st.active = Some(seq);
+        st.changed();
         Ok(seq)
     }
 

@@ -367,3 +367,40 @@ fn a_reader_of_the_packed_table_racing_compactions_finds_every_entry_that_held_w
         assert!(read_published(dir.path(), &table, i) == want, "record {i} at the end");
     }
 }
+
+#[test]
+fn the_room_kept_follows_what_is_packed_and_disk_stays_within_live_records_and_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let gauge = s.reserve_gauge();
+    assert_eq!(s.reserved(), 0, "a slot with no segment keeps nothing back");
+    put(&s, 0);
+    let one = taken(segment::record_len(key(0).identity_bytes().len(), data(0).len()) as u32);
+    let small = s.reserved();
+    assert!(small >= one && small <= one + one / 16 + 4 * BLOCK, "one record: {small} kept for {one}");
+    let n = 2000; // ~8 MiB of records in 1 MiB segments
+    for i in 1..n {
+        put(&s, i);
+    }
+    let live: u64 = s.chunks().iter().map(|c| c.1).sum();
+    let full = s.reserved();
+    assert_eq!(gauge.load(Ordering::Relaxed), full, "the gauge says what is kept now");
+    let segment = 1 << 20;
+    assert!(full <= 3 * segment + 2 * BLOCK * 16, "at most three segments and their last blocks: {full}");
+    assert!(full >= segment + live / 16, "a compaction's segment and a 16th of {live} live: {full}");
+    // Three in four removed and compacted as evictions come: on disk, never more than the live
+    // records and the room kept for them.
+    for i in (0..n).filter(|i| i % 4 != 0) {
+        assert!(s.remove(key(i).id().0));
+        s.reclaim();
+        let live: u64 = s.chunks().iter().map(|c| c.1).sum();
+        let disk: u64 = std::fs::read_dir(dir.path().join("0"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "seg" || x == "idx"))
+            .map(|e| std::os::unix::fs::MetadataExt::blocks(&e.metadata().unwrap()) * 512)
+            .sum();
+        assert!(disk <= live + s.reserved(), "after {i}: {disk} on disk for {live} live + {}", s.reserved());
+    }
+    assert!(s.reserved() < full, "the room shrank with the records: {} then {full}", s.reserved());
+}

@@ -169,8 +169,12 @@ impl ChunkStore {
     /// Bytes of the slot's share the index leaves free of chunks: room the packed segments keep for
     /// dead records and compactions (`Segments::reserved`); 0 without segments.
     pub fn reserved(&self) -> u64 {
-        let packing = self.pack_max.load(Ordering::Relaxed) > 0;
-        self.packed.get().filter(|s| packing || !s.is_empty()).map_or(0, |s| s.reserved())
+        self.packed.get().map_or(0, |s| s.reserved())
+    }
+
+    /// [`ChunkStore::reserved`] as it changes, for the chunk index; `None` without segments.
+    pub fn reserve_gauge(&self) -> Option<Arc<AtomicU64>> {
+        self.packed.get().map(|s| s.reserve_gauge())
     }
 
     /// Frees the room of evicted packed chunks once it adds up (`Segments::reclaim`). Blocking.

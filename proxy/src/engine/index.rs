@@ -9,6 +9,8 @@
 //! or found cached ([`ChunkIndex::hint`]) is awaited by the policy until its read comes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use lru::LruCache;
 
@@ -30,8 +32,8 @@ pub struct ChunkIndex {
     promises: HashMap<u128, u64>,
     promised: u64,
     /// Bytes of the capacity kept free of chunks: the room packed segments keep for dead records
-    /// and compactions (`chunk_store/segments.rs`).
-    reserved: u64,
+    /// and compactions (`chunk_store/segments.rs`), as it changes with what they hold.
+    reserved: Option<Arc<AtomicU64>>,
 }
 
 impl Default for ChunkIndex {
@@ -54,7 +56,7 @@ impl ChunkIndex {
             policy: eviction::policy(policy),
             promises: HashMap::new(),
             promised: 0,
-            reserved: 0,
+            reserved: None,
         }
     }
 
@@ -80,9 +82,13 @@ impl ChunkIndex {
         self.capacity
     }
 
-    /// Keeps `bytes` of the capacity free of chunks (see `reserved`).
-    pub fn set_reserved(&mut self, bytes: u64) {
-        self.reserved = bytes;
+    /// Keeps what `gauge` says free of chunks, as it changes (see `reserved`).
+    pub fn set_reserve(&mut self, gauge: Option<Arc<AtomicU64>>) {
+        self.reserved = gauge;
+    }
+
+    fn reserved(&self) -> u64 {
+        self.reserved.as_ref().map_or(0, |g| g.load(Ordering::Relaxed))
     }
 
     /// Sets the byte budget; `None` disables eviction (until the capacity is known). The policy
@@ -185,7 +191,7 @@ impl ChunkIndex {
 
     /// The index as the policy sees it under a known `capacity`.
     fn cached(&self, capacity: u64) -> Cached<'_> {
-        Cached { chunks: &self.lru, used: self.used + self.reserved, capacity }
+        Cached { chunks: &self.lru, used: self.used + self.reserved(), capacity }
     }
 
     /// Makes room for a fetched chunk of `bytes` and inserts it, or refuses it. `Some(victims)`:
@@ -269,7 +275,7 @@ impl ChunkIndex {
         let mut victims = Vec::new();
         let Some(cap) = self.capacity else { return victims };
         let mut kept: Option<(u128, u64)> = None;
-        while self.used + self.reserved + kept.map_or(0, |k| k.1) > cap {
+        while self.used + self.reserved() + kept.map_or(0, |k| k.1) > cap {
             let Some((id, Entry { bytes, .. })) = self.lru.pop_lru() else { break };
             self.used -= bytes;
             self.counted_out(id);

@@ -69,7 +69,7 @@ impl Engine {
                 for id in live.into_iter().rev() {
                     index.touch(id);
                 }
-                index.set_reserved(this.disk.store.reserved());
+                index.set_reserve(this.disk.store.reserve_gauge());
                 index.set_capacity(Some(share));
                 tracing::info!(
                     "index rebuilt in {:?}: {n} chunks ({bytes} bytes) owned, {before} seen live; \

@@ -179,12 +179,25 @@ impl Fleet {
         }
     }
 
-    /// Waits until the fleet has `n` chunks on disk (fills are written after the reply is sent).
+    /// Waits until the fleet has `n` chunks on disk, as files or packed records (fills are written
+    /// after the reply is sent).
     pub fn wait_cached(&self, n: u64) {
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         // The index counts a chunk once room is reserved for it, before its file is renamed into
         // place: a test that kills the fleet next needs the files, so both are waited for.
-        let on_disk = || super::files::files_below(&self.cache_dir.join("v1/chunks")).len() as u64;
+        // Small chunks are packed into segments: those count once the packed table names them
+        // (after their record is written).
+        let packed = || -> u64 {
+            let tables = std::fs::read_dir(&self.run_dir).into_iter().flatten().flatten();
+            tables
+                .filter(|e| {
+                    e.file_name().to_str().is_some_and(|n| n.starts_with("packed-") && n.ends_with(".table"))
+                })
+                .filter_map(|e| memarts_disk::packed_table::PackedFile::open(&e.path()).ok())
+                .map(|f| f.table().entries().len() as u64)
+                .sum()
+        };
+        let on_disk = || super::files::files_below(&self.cache_dir.join("v1/chunks")).len() as u64 + packed();
         while self.total("cached_chunks") < n || on_disk() < n {
             assert!(std::time::Instant::now() < deadline, "the fleet never cached {n} chunks");
             std::thread::sleep(Duration::from_millis(20));
