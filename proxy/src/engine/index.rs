@@ -12,20 +12,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use lru::LruCache;
-
+use super::chunk_map::ChunkMap;
 pub use super::eviction::Eviction;
-use super::eviction::{self, Cached, Entry, EvictionPolicy, Promise};
+use super::eviction::{self, Cached, EvictionPolicy, Promise};
 
 /// LRU index over chunk ids with byte accounting. Not thread-safe; the cache wraps it in a mutex and
 /// holds the lock only for these short operations.
 pub struct ChunkIndex {
-    lru: LruCache<u128, Entry>,
+    /// The chunks, in recency order, and their placements (`chunk_map.rs`).
+    chunks: ChunkMap,
+    /// Bytes of the chunks, as they hold them.
     used: u64,
     capacity: Option<u64>,
-    /// Chunks per placement (the id's upper half: object and chunk number, any version), so a read
-    /// can tell "some version of this chunk is cached" without knowing the version.
-    placements: HashMap<u64, u32>,
     policy: Box<dyn EvictionPolicy>,
     /// Room promised to prefetches being fetched ([`ChunkIndex::promise`]), not indexed yet, by
     /// what it is for (a chunk's id, or the first read of a cold object), and its sum.
@@ -42,17 +40,12 @@ impl Default for ChunkIndex {
     }
 }
 
-fn placement_of(id: u128) -> u64 {
-    (id >> 64) as u64
-}
-
 impl ChunkIndex {
     pub fn new(policy: Eviction) -> ChunkIndex {
         ChunkIndex {
-            lru: LruCache::unbounded(),
+            chunks: ChunkMap::default(),
             used: 0,
             capacity: None,
-            placements: HashMap::new(),
             policy: eviction::policy(policy),
             promises: HashMap::new(),
             promised: 0,
@@ -71,11 +64,11 @@ impl ChunkIndex {
     }
 
     pub fn len(&self) -> usize {
-        self.lru.len()
+        self.chunks.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.lru.is_empty()
+        self.chunks.is_empty()
     }
 
     pub fn capacity(&self) -> Option<u64> {
@@ -96,7 +89,7 @@ impl ChunkIndex {
     pub fn set_capacity(&mut self, capacity: Option<u64>) {
         self.capacity = capacity;
         if let Some(capacity) = capacity {
-            self.policy.capacity_known(capacity, &self.lru, self.used);
+            self.policy.capacity_known(capacity, &self.chunks, self.used);
         }
     }
 
@@ -141,48 +134,42 @@ impl ChunkIndex {
     }
 
     pub fn contains(&self, id: u128) -> bool {
-        self.lru.contains(&id)
+        self.chunks.contains(id)
     }
 
-    /// Whether some version of the chunk with this placement is indexed.
+    /// Whether some version of the chunk with this placement (the id's upper half: object and
+    /// chunk number, any version) is indexed.
     pub fn has_placement(&self, placement: u64) -> bool {
-        self.placements.contains_key(&placement)
-    }
-
-    fn counted_out(&mut self, id: u128) {
-        if let std::collections::hash_map::Entry::Occupied(mut e) = self.placements.entry(placement_of(id)) {
-            *e.get_mut() -= 1;
-            if *e.get() == 0 {
-                e.remove();
-            }
-        }
+        self.chunks.contains_placement(placement)
     }
 
     /// Marks `id` most recently used; false if absent. (Reorders only: reads are counted by
     /// [`ChunkIndex::record_read`].)
     pub fn touch(&mut self, id: u128) -> bool {
         let now = self.policy.now();
-        self.lru.get_mut(&id).map(|e| e.read_at = now).is_some()
+        self.chunks.promote(id, now)
     }
 
     /// Every id, most recently used first.
     pub fn ids_most_recent_first(&self) -> Vec<u128> {
-        self.lru.iter().map(|(id, _)| *id).collect()
+        self.chunks.iter().map(|(id, _)| id).collect()
     }
 
-    /// Inserts or replaces `id` as most recently used.
+    /// Inserts or replaces `id` as most recently used. A chunk's bytes on disk fit in 32 bits (it
+    /// is at most 64 MiB and its header); were a larger one found on disk, it would be counted as
+    /// 4 GiB, here and in `used` alike.
     pub fn insert(&mut self, id: u128, bytes: u64) {
-        match self.lru.put(id, Entry { bytes, read_at: self.policy.now() }) {
-            Some(old) => self.used -= old.bytes,
-            None => *self.placements.entry(placement_of(id)).or_insert(0) += 1,
+        let bytes = u32::try_from(bytes).unwrap_or(u32::MAX);
+        if let Some(old) = self.chunks.put(id, bytes, self.policy.now()) {
+            self.used -= old.bytes;
         }
-        self.used += bytes;
-        self.policy.indexed(self.capacity, &self.lru, bytes);
+        self.used += u64::from(bytes);
+        self.policy.indexed(self.capacity, &self.chunks, u64::from(bytes));
     }
 
     /// Inserts `id` only if absent (entries found by the start-up scan never override live ones).
     pub fn insert_if_absent(&mut self, id: u128, bytes: u64) -> bool {
-        if self.lru.contains(&id) {
+        if self.chunks.contains(id) {
             return false;
         }
         self.insert(id, bytes);
@@ -191,7 +178,7 @@ impl ChunkIndex {
 
     /// The index as the policy sees it under a known `capacity`.
     fn cached(&self, capacity: u64) -> Cached<'_> {
-        Cached { chunks: &self.lru, used: self.used + self.reserved(), capacity }
+        Cached { chunks: &self.chunks, used: self.used + self.reserved(), capacity }
     }
 
     /// Makes room for a fetched chunk of `bytes` and inserts it, or refuses it. `Some(victims)`:
@@ -262,9 +249,8 @@ impl ChunkIndex {
     }
 
     pub fn remove(&mut self, id: u128) -> Option<u64> {
-        let bytes = self.lru.pop(&id)?.bytes;
+        let bytes = self.chunks.pop(id)?.bytes;
         self.used -= bytes;
-        self.counted_out(id);
         Some(bytes)
     }
 
@@ -276,9 +262,9 @@ impl ChunkIndex {
         let Some(cap) = self.capacity else { return victims };
         let mut kept: Option<(u128, u64)> = None;
         while self.used + self.reserved() + kept.map_or(0, |k| k.1) > cap {
-            let Some((id, Entry { bytes, .. })) = self.lru.pop_lru() else { break };
+            let Some((id, entry)) = self.chunks.pop_lru() else { break };
+            let bytes = entry.bytes;
             self.used -= bytes;
-            self.counted_out(id);
             if Some(id) == keep {
                 kept = Some((id, bytes));
                 continue;

@@ -13,7 +13,8 @@
 //!   graceful restarts); the engine asks it for versions, it asks the disk what it holds;
 //! - `disk_chunks.rs`: the chunks on the slot's disk ([`DiskChunks`]: hits verified, fetched
 //!   chunks persisted within the capacity, corrupt ones dropped), with `index.rs` (chunk index:
-//!   LRU order, byte accounting, promised room), `eviction/` (what to keep: the policy behind a
+//!   LRU order, byte accounting, promised room), `chunk_map.rs` (its chunks in recency order,
+//!   packed, with their placements), `eviction/` (what to keep: the policy behind a
 //!   trait, `lru.rs` and `tinylfu.rs`), `admission.rs` (the frequency sketch admission consults),
 //!   `recency.rs` (last reads and the slot's reuse distance, to tell a chunk no longer read),
 //!   `open_chunks.rs` (open files of recent hits), `resident.rs` (chunks locked in memory for
@@ -35,6 +36,7 @@ mod admission_tests;
 mod awaited;
 #[cfg(test)]
 mod budget_tests;
+mod chunk_map;
 mod chunks;
 mod disk_chunks;
 #[cfg(test)]

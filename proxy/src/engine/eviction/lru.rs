@@ -47,7 +47,7 @@ impl EvictionPolicy for Lru {
     ) -> Option<Vec<(u128, u64)>> {
         let mut over = cached.over_with(Some(id), bytes);
         let mut victims = Vec::new();
-        for (&victim, entry) in cached.chunks.iter().rev() {
+        for (victim, entry) in cached.chunks.iter().rev() {
             if over == 0 {
                 break;
             }

@@ -9,20 +9,12 @@
 mod lru;
 mod tinylfu;
 
-use ::lru::LruCache;
 pub use memarts_settings::Eviction;
 
-/// A cached chunk: its bytes on disk, and the policy's read clock's time when it was last read
-/// (or indexed), exact, unlike the clock's own table: a victim that looked recently read because it
-/// shares the table's slots with chunks being read would hold up every admission behind it.
-#[derive(Clone, Copy)]
-pub struct Entry {
-    pub bytes: u64,
-    pub read_at: u32,
-}
+use super::chunk_map::ChunkMap;
 
 /// The chunks of an index, most recently used first.
-pub type Chunks = LruCache<u128, Entry>;
+pub type Chunks = ChunkMap;
 
 /// The index as a policy sees it to choose victims: its chunks in recency order, their bytes, and
 /// a known capacity.
@@ -35,7 +27,7 @@ pub struct Cached<'a> {
 impl Cached<'_> {
     /// Bytes over the capacity once `bytes` of `id` are indexed (replacing its own, if cached).
     pub fn over_with(&self, id: Option<u128>, bytes: u64) -> u64 {
-        let already = id.and_then(|id| self.chunks.peek(&id)).map_or(0, |e| e.bytes);
+        let already = id.and_then(|id| self.chunks.peek(id)).map_or(0, |e| e.bytes);
         (self.used - already + bytes).saturating_sub(self.capacity)
     }
 }

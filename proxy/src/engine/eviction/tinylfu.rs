@@ -68,11 +68,11 @@ impl TinyLfu {
     /// is the bulk of the memory (4 bytes a place, against half a byte).
     fn widen_for(&mut self, chunks: &Chunks) {
         if let Some(width) = self.sketch.wider_for(chunks.len()) {
-            self.sketch = self.sketch.widened(width, chunks.iter().map(|(&id, _)| id));
+            self.sketch = self.sketch.widened(width, chunks.iter().map(|(id, _)| id));
         }
         let width = self.sketch.width_for(chunks.len());
         if width > self.clock.width() {
-            self.clock = self.clock.widened(width, chunks.iter().map(|(&id, e)| (id, e.read_at)));
+            self.clock = self.clock.widened(width, chunks.iter().map(|(id, e)| (id, e.read_at)));
         }
     }
 
@@ -93,7 +93,7 @@ impl TinyLfu {
         let mut over = cached.over_with(id, bytes);
         let idle_limit = self.clock.idle_limit();
         let mut victims = Vec::new();
-        for (&victim, entry) in cached.chunks.iter().rev() {
+        for (victim, entry) in cached.chunks.iter().rev() {
             if over == 0 {
                 break;
             }
