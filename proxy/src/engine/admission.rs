@@ -76,6 +76,7 @@ impl FrequencySketch {
     }
 
     /// Counters per row.
+    #[cfg(test)]
     pub fn width(&self) -> usize {
         self.width
     }

@@ -17,7 +17,7 @@
 //! four; the time read back is the smallest of the four. A slot shared with other ids holds the
 //! latest of their reads, so the time read back is never earlier than the chunk's own last read:
 //! collisions only make a chunk look more recently read (kept longer) and a reuse distance
-//! shorter, and with four rows of four slots per cached chunk both are rare. The rows widen with
+//! shorter, and with four rows of two slots per cached chunk both are rare. The rows widen with
 //! the sketch's, and keep the times of the chunks indexed, as the sketch keeps their counts.
 
 /// Rows of the table; each id has one slot per row.

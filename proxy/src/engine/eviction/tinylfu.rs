@@ -24,6 +24,17 @@ use crate::engine::recency::ReadClock;
 /// before the index knows better.
 const TYPICAL_CHUNK_BYTES: u64 = (1 << 20) + 4096;
 
+/// The read clock's rows are this many times narrower than the sketch's (before the sketch's
+/// slack): two places a row for each chunk held, 32 to 64 bytes a chunk, at most 16 MiB a slot.
+/// Four places took twice that for the same admissions: a cache of 20,000 chunks, epochs over
+/// twice it and a dataset replacing it hit the same to within 3 chunks a pass
+/// (`admission_tests::the_bars_hold_for_a_cache_of_small_chunks...`), and the 100-chunk tests the
+/// same to the chunk. A time shared with another chunk only makes a chunk look read more recently,
+/// or a new chunk look read before (in a first pass over twice the cache, 1 first read in 100,
+/// against 1 in 750 with four places and 1 in 14 with one), which admits it only if the sketch
+/// (its own table) counts a read of it too.
+const CLOCK_NARROWER: usize = 2;
+
 pub struct TinyLfu {
     sketch: FrequencySketch,
     /// Last read times and the slot's reuse distance, sized with the sketch.
@@ -38,9 +49,14 @@ pub struct TinyLfu {
 impl Default for TinyLfu {
     fn default() -> Self {
         let sketch = FrequencySketch::new(0, 0);
-        let clock = ReadClock::new(sketch.width(), sketch.entries());
+        let clock = ReadClock::new(clock_width(&sketch, 0), sketch.entries());
         TinyLfu { sketch, clock, sized: false, awaited: AwaitedChunks::default() }
     }
+}
+
+/// The read clock's width for `len` chunks held, beside `sketch` ([`CLOCK_NARROWER`]).
+fn clock_width(sketch: &FrequencySketch, len: usize) -> usize {
+    sketch.width_for(len) / CLOCK_NARROWER
 }
 
 impl TinyLfu {
@@ -57,20 +73,20 @@ impl TinyLfu {
     fn reset_history(&mut self, entries: usize, len: usize) {
         self.awaited.clear();
         self.sketch = FrequencySketch::new(entries, len);
-        self.clock = ReadClock::new(self.sketch.width_for(len), self.sketch.entries());
+        self.clock = ReadClock::new(clock_width(&self.sketch, len), self.sketch.entries());
     }
 
     /// Widens the sketch and the clock as the `chunks` indexed need, keeping their counts and
     /// times: a slot's memory for them follows the chunks it holds, up to what its capacity holds.
-    /// The clock widens without the sketch's slack (`FrequencySketch::wider_for`): what it keeps
-    /// is each chunk's latest time, and a time shared with another chunk only makes a chunk look
+    /// The clock widens without the sketch's slack (`FrequencySketch::wider_for`), and narrower
+    /// ([`CLOCK_NARROWER`]): what it keeps is each chunk's latest time, and a time shared with another chunk only makes a chunk look
     /// read more recently, a difference no single chunk can turn into refusals of all others; it
     /// is the bulk of the memory (4 bytes a place, against half a byte).
     fn widen_for(&mut self, chunks: &Chunks) {
         if let Some(width) = self.sketch.wider_for(chunks.len()) {
             self.sketch = self.sketch.widened(width, chunks.iter().map(|(id, _)| id));
         }
-        let width = self.sketch.width_for(chunks.len());
+        let width = clock_width(&self.sketch, chunks.len());
         if width > self.clock.width() {
             self.clock = self.clock.widened(width, chunks.iter().map(|(id, e)| (id, e.read_at)));
         }
