@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::meta_publisher::Publisher;
-use lru::LruCache;
+use super::url_lru::UrlLru;
 use memarts_protocol::{crc32c, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
@@ -31,7 +31,8 @@ struct SnapshotEntry {
     verified_ms: u64,
 }
 
-type Entries = LruCache<String, (ObjectMeta, Instant)>;
+/// The entries, compact (`url_lru.rs`: ~48 B an entry besides its URL's last component).
+type Entries = UrlLru;
 
 pub struct MetaCache {
     ttl: Duration,
@@ -44,11 +45,8 @@ pub struct MetaCache {
 impl MetaCache {
     pub fn new(ttl: Duration, max_entries: usize) -> MetaCache {
         let cap = std::num::NonZeroUsize::new(max_entries.max(1)).expect("max(1) is non-zero");
-        // Bounded, but not allocated for the bound up front (`LruCache::new` would: 34 MiB of
-        // hash table per slot for a million entries, however few are cached): it grows as
-        // entries come.
-        let mut entries = LruCache::unbounded();
-        entries.resize(cap);
+        // Bounded, but not allocated for the bound up front: it grows as entries come.
+        let entries = UrlLru::new(cap, ttl);
         MetaCache { ttl, entries: Mutex::new(entries), table: Mutex::new(None) }
     }
 
@@ -62,7 +60,7 @@ impl MetaCache {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut publisher = Publisher::create(path, self.ttl.as_millis() as u64)?;
         for (url, meta, verified_ms) in self.fresh(&entries) {
-            if publisher.publish(url, meta, verified_ms) {
+            if publisher.publish(&url, &meta, verified_ms) {
                 publisher.grow(self.fresh(&entries))?;
             }
         }
@@ -71,10 +69,11 @@ impl MetaCache {
     }
 
     /// The fresh entries, with when each was verified (ms since the Unix epoch).
-    fn fresh<'a>(&self, entries: &'a Entries) -> impl Iterator<Item = (&'a str, &'a ObjectMeta, u64)> {
-        let (now, ttl) = (SystemTime::now(), self.ttl);
-        entries.iter().filter(move |(_, (_, at))| at.elapsed() < ttl).map(move |(url, (meta, at))| {
-            (url.as_str(), meta, unix_ms(now.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH)))
+    fn fresh<'a>(&self, entries: &'a Entries) -> impl Iterator<Item = (String, ObjectMeta, u64)> + 'a {
+        let (now_wall, now, ttl) = (SystemTime::now(), Instant::now(), self.ttl);
+        entries.iter().filter(move |e| e.age(now) < ttl).map(move |e| {
+            let verified = now_wall.checked_sub(e.age(now)).unwrap_or(SystemTime::UNIX_EPOCH);
+            (e.url(), e.meta(), unix_ms(verified))
         })
     }
 
@@ -96,19 +95,19 @@ impl MetaCache {
 
     /// The URL of every entry, fresh or not.
     pub fn urls(&self) -> Vec<String> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(url, _)| url.clone()).collect()
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|e| e.url()).collect()
     }
 
     /// A fresh entry for `url`, if any.
     pub fn get(&self, url: &str) -> Option<ObjectMeta> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(url).filter(|(_, at)| at.elapsed() < self.ttl).map(|(meta, _)| meta.clone())
+        entries.get(url).filter(|(_, age)| *age < self.ttl).map(|(meta, _)| meta)
     }
 
     /// The last verified entry for `url`, however old: what a read may fall back on when the origin
     /// cannot be reached to verify it again. Expired entries stay until the LRU bound evicts them.
     pub fn get_stale(&self, url: &str) -> Option<ObjectMeta> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner()).peek(url).map(|(meta, _)| meta.clone())
+        self.entries.lock().unwrap_or_else(|p| p.into_inner()).peek(url).map(|(meta, _)| meta)
     }
 
     pub fn put(&self, url: String, meta: ObjectMeta) {
@@ -124,10 +123,10 @@ impl MetaCache {
         }
         let Some(at) = Instant::now().checked_sub(ago) else { return };
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if !ago.is_zero() && entries.peek(&url).is_some_and(|(_, held)| *held > at) {
+        if !ago.is_zero() && entries.verified(&url).is_some_and(|held| held > entries.stamp(at)) {
             return;
         }
-        entries.put(url.clone(), (meta.clone(), at));
+        entries.put(&url, &meta, at);
         let verified = SystemTime::now().checked_sub(ago).unwrap_or(SystemTime::UNIX_EPOCH);
         self.publish(&entries, &url, &meta, unix_ms(verified));
     }
@@ -136,7 +135,7 @@ impl MetaCache {
     /// peer is told with it.
     pub fn confirmed_ago(&self, url: &str, meta: &ObjectMeta) -> Option<Duration> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.peek(url).filter(|(held, _)| held == meta).map(|(_, at)| at.elapsed())
+        entries.peek(url).filter(|(held, _)| held == meta).map(|(_, age)| age)
     }
 
     pub fn invalidate(&self, url: &str) {
@@ -152,19 +151,16 @@ impl MetaCache {
     /// (`refresh.rs`) and which versions a listing confirms, so that the first epoch after a
     /// restart long after the last one waits for no listing.
     pub fn save(&self, path: &Path) -> io::Result<usize> {
-        let now_wall = SystemTime::now();
+        let (now_wall, now) = (SystemTime::now(), Instant::now());
         let entries: Vec<SnapshotEntry> = {
             let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
             // Least recently used first, so that a load into a smaller cache keeps the hottest.
             entries
-                .iter()
-                .rev()
-                .map(|(url, (meta, at))| SnapshotEntry {
-                    url: url.clone(),
-                    meta: meta.clone(),
-                    verified_ms: unix_ms(
-                        now_wall.checked_sub(at.elapsed()).unwrap_or(SystemTime::UNIX_EPOCH),
-                    ),
+                .iter_lru_first()
+                .map(|e| SnapshotEntry {
+                    url: e.url(),
+                    meta: e.meta(),
+                    verified_ms: unix_ms(now_wall.checked_sub(e.age(now)).unwrap_or(SystemTime::UNIX_EPOCH)),
                 })
                 .collect()
         };
@@ -212,10 +208,10 @@ impl MetaCache {
             // this machine's boot, which an `Instant` cannot).
             let fresh = age < self.ttl;
             let Some(at) = now.checked_sub(if fresh { age } else { self.ttl }) else { continue };
-            if !keep(&e.url) || cache.peek(&e.url).is_some_and(|(_, held)| *held >= at) {
+            if !keep(&e.url) || cache.verified(&e.url).is_some_and(|held| held >= cache.stamp(at)) {
                 continue;
             }
-            cache.put(e.url.clone(), (e.meta.clone(), at));
+            cache.put(&e.url, &e.meta, at);
             if fresh {
                 self.publish(&cache, &e.url, &e.meta, e.verified_ms);
             }

@@ -71,15 +71,16 @@ impl Publisher {
 
     /// Makes the table again at twice its size with `entries` (URL, metadata, when verified), and
     /// puts it in place of the old one. On failure the old table stays as it is.
-    pub fn grow<'a>(
+    /// (Borrowed or owned: the metadata cache makes each entry's URL and metadata as it goes.)
+    pub fn grow<U: AsRef<str>, M: std::borrow::Borrow<ObjectMeta>>(
         &mut self,
-        entries: impl Iterator<Item = (&'a str, &'a ObjectMeta, u64)>,
+        entries: impl Iterator<Item = (U, M, u64)>,
     ) -> io::Result<()> {
         let file = TableFile::create(&self.path, (self.capacity() * 2).min(MAX_ENTRIES), self.ttl_ms)?;
         let (old_file, old_held) = (std::mem::replace(&mut self.file, file), self.held);
         self.held = 0;
         for (url, meta, verified_ms) in entries {
-            self.publish(url, meta, verified_ms);
+            self.publish(url.as_ref(), meta.borrow(), verified_ms);
         }
         // Filled: the shims that still map the old table move to this one at their next read.
         old_file.table().mark_superseded();

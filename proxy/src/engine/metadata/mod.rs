@@ -19,6 +19,8 @@
 //! and which chunks it holds, to tell a listing worth its cost); it reaches the slot's siblings
 //! and, in a cluster, the node that owns a directory, itself.
 
+mod byte_arena;
+mod compact_meta;
 mod dir_versions;
 mod list_policy;
 mod listings;
@@ -27,6 +29,8 @@ mod meta_publisher;
 mod refresh;
 mod revalidate;
 mod snapshots;
+mod url_lru;
+mod verified_clock;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -1,0 +1,240 @@
+//! An [`ObjectMeta`] in 28 bytes, as the metadata cache (`url_lru.rs`) and the listed versions
+//! (`dir_versions.rs`) hold millions of them: a slot must hold ~47 million small objects' metadata
+//! in under 100 B of memory each, and an `ObjectMeta` is 80 B plus two heap strings.
+//!
+//! The common case is held inline: an ETag that is a lowercase 32-hex MD5, quoted or not (what S3
+//! and most S3-compatible servers give an object uploaded in one part), or no ETag; no version; a
+//! size under 2^48 (256 TiB) and a Last-Modified within ±2^45 ms (±1,100 years) of the epoch.
+//! Anything else (multipart or file-system ETags, versioned buckets) is *spilled*: the whole
+//! `ObjectMeta` goes to a side slab ([`Spills`]) and the inline bytes hold its index. Both forms
+//! give back exactly the `ObjectMeta` that was put.
+
+use memarts_protocol::ObjectMeta;
+
+/// What the two top bits of [`PackedMeta::hi`] say of the ETag.
+const NO_ETAG: u32 = 0;
+const MD5_BARE: u32 = 1;
+const MD5_QUOTED: u32 = 2;
+const SPILLED: u32 = 3;
+
+const SIZE_BITS: u32 = 48;
+const MODIFIED_BITS: u32 = 46;
+
+/// One object's metadata, packed (see the module docs). Copying it copies an index into its
+/// [`Spills`] when spilled: whoever drops it for good calls [`PackedMeta::release`].
+#[derive(Clone, Copy, Debug)]
+pub struct PackedMeta {
+    /// The MD5 of the ETag, or the spill index (first 4 bytes, little-endian).
+    etag: [u8; 16],
+    size_lo: u32,
+    modified_lo: u32,
+    /// Bits 0-15: size bits 32-47; bits 16-29: Last-Modified bits 32-45 (two's complement);
+    /// bits 30-31: the ETag's form.
+    hi: u32,
+}
+
+/// The metadata that does not pack, by index; freed indices are reused.
+#[derive(Default, Debug)]
+pub struct Spills {
+    held: Vec<Option<ObjectMeta>>,
+    free: Vec<u32>,
+}
+
+impl Spills {
+    fn put(&mut self, meta: ObjectMeta) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.held[i as usize] = Some(meta);
+                i
+            }
+            None => {
+                self.held.push(Some(meta));
+                (self.held.len() - 1) as u32
+            }
+        }
+    }
+
+    /// How many are held (for tests and accounting).
+    pub fn len(&self) -> usize {
+        self.held.len() - self.free.len()
+    }
+}
+
+impl PackedMeta {
+    /// Packs `meta`, spilling it into `spills` if it does not fit inline.
+    pub fn new(meta: &ObjectMeta, spills: &mut Spills) -> PackedMeta {
+        let modified = meta.last_modified_ms;
+        let modified_fits = (-(1i64 << (MODIFIED_BITS - 1))..1i64 << (MODIFIED_BITS - 1)).contains(&modified);
+        let form = match meta.etag.as_deref() {
+            None => Some((NO_ETAG, [0; 16])),
+            Some(etag) => md5_of(etag),
+        };
+        match form {
+            Some((form, md5)) if meta.version.is_none() && meta.size >> SIZE_BITS == 0 && modified_fits => {
+                let modified = modified as u64 & ((1 << MODIFIED_BITS) - 1);
+                PackedMeta {
+                    etag: md5,
+                    size_lo: meta.size as u32,
+                    modified_lo: modified as u32,
+                    hi: (meta.size >> 32) as u32 | ((modified >> 32) as u32) << 16 | form << 30,
+                }
+            }
+            _ => {
+                let mut etag = [0; 16];
+                etag[..4].copy_from_slice(&spills.put(meta.clone()).to_le_bytes());
+                PackedMeta { etag, size_lo: 0, modified_lo: 0, hi: SPILLED << 30 }
+            }
+        }
+    }
+
+    fn form(&self) -> u32 {
+        self.hi >> 30
+    }
+
+    fn spill_index(&self) -> usize {
+        u32::from_le_bytes(self.etag[..4].try_into().expect("4 bytes")) as usize
+    }
+
+    /// The `ObjectMeta` that was packed.
+    pub fn meta(&self, spills: &Spills) -> ObjectMeta {
+        let form = self.form();
+        if form == SPILLED {
+            return spills.held[self.spill_index()]
+                .clone()
+                .expect("a packed meta's spill is held until released");
+        }
+        let modified = (((self.hi >> 16) & 0x3fff) as u64) << 32 | self.modified_lo as u64;
+        let modified = ((modified << (64 - MODIFIED_BITS)) as i64) >> (64 - MODIFIED_BITS);
+        let etag = match form {
+            NO_ETAG => None,
+            quoted => Some(md5_text(&self.etag, quoted == MD5_QUOTED)),
+        };
+        ObjectMeta {
+            size: ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64,
+            etag,
+            version: None,
+            last_modified_ms: modified,
+        }
+    }
+
+    /// Whether it names a version: a non-empty ETag (`dir_versions::versioned`), told without
+    /// unpacking the common forms.
+    pub fn versioned(&self, spills: &Spills) -> bool {
+        match self.form() {
+            NO_ETAG => false,
+            SPILLED => super::dir_versions::versioned(&self.meta(spills)),
+            _ => true,
+        }
+    }
+
+    /// Frees its spill, if any: it is dropped for good (or replaced).
+    pub fn release(&self, spills: &mut Spills) {
+        if self.form() == SPILLED {
+            let i = self.spill_index();
+            spills.held[i] = None;
+            spills.free.push(i as u32);
+        }
+    }
+}
+
+/// The 16 bytes and the form of an ETag that is a lowercase 32-hex MD5, quoted or bare. Uppercase
+/// hex is not taken: its text would not come back as it was.
+fn md5_of(etag: &str) -> Option<(u32, [u8; 16])> {
+    let (hex, form) = match etag.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
+        Some(inner) => (inner, MD5_QUOTED),
+        None => (etag, MD5_BARE),
+    };
+    let hex = hex.as_bytes();
+    if hex.len() != 32 {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut md5 = [0; 16];
+    for (byte, pair) in md5.iter_mut().zip(hex.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some((form, md5))
+}
+
+fn md5_text(md5: &[u8; 16], quoted: bool) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(34);
+    if quoted {
+        text.push('"');
+    }
+    for b in md5 {
+        text.push(HEX[(b >> 4) as usize] as char);
+        text.push(HEX[(b & 15) as usize] as char);
+    }
+    if quoted {
+        text.push('"');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(meta: ObjectMeta, spilled: bool) {
+        let mut spills = Spills::default();
+        let packed = PackedMeta::new(&meta, &mut spills);
+        assert_eq!(packed.meta(&spills), meta);
+        assert_eq!(spills.len(), spilled as usize, "{meta:?}");
+        packed.release(&mut spills);
+        assert_eq!(spills.len(), 0);
+    }
+
+    #[test]
+    fn every_meta_comes_back_as_it_was_put() {
+        let md5 = "9e107d9d372bb6826bd81d3542a419d6";
+        let m = |etag: Option<&str>, size: u64, modified: i64| ObjectMeta {
+            size,
+            etag: etag.map(String::from),
+            version: None,
+            last_modified_ms: modified,
+        };
+        assert_eq!(std::mem::size_of::<PackedMeta>(), 28);
+        for (etag, size, modified) in [
+            (Some(format!("\"{md5}\"")), 1, 1_700_000_000_123),
+            (Some(md5.to_string()), (1 << 48) - 1, -1),
+            (None, 0, (1 << 45) - 1),
+            (None, 5 << 40, -(1 << 45)),
+        ] {
+            round_trip(m(etag.as_deref(), size, modified), false);
+        }
+        for (etag, size, modified) in [
+            (Some(md5.to_uppercase()), 1, 0),
+            (Some(format!("\"{md5}-12\"")), 1, 0),
+            (Some(format!("\"{md5}")), 1, 0),
+            (Some(String::new()), 1, 0),
+            (Some("\"\"".to_string()), 1, 0),
+            (Some("3a1f2b-5f8e9a1c2d3e4-1000".to_string()), 1, 0),
+            (None, 1 << 48, 0),
+            (None, 1, 1 << 45),
+            (None, 1, i64::MIN),
+        ] {
+            round_trip(m(etag.as_deref(), size, modified), true);
+        }
+        round_trip(ObjectMeta { version: Some("v1".into()), ..m(Some(md5), 1, 0) }, true);
+    }
+
+    #[test]
+    fn a_version_is_a_non_empty_etag_in_either_form() {
+        let mut spills = Spills::default();
+        for (etag, versioned) in [
+            (None, false),
+            (Some(""), false),
+            (Some("\"e\""), true),
+            (Some("\"0123456789abcdef0123456789abcdef\""), true),
+        ] {
+            let meta =
+                ObjectMeta { size: 1, etag: etag.map(String::from), version: None, last_modified_ms: 0 };
+            assert_eq!(PackedMeta::new(&meta, &mut spills).versioned(&spills), versioned, "{etag:?}");
+        }
+    }
+}
