@@ -4,9 +4,9 @@
 //! allocator's rounding beside it.
 //!
 //! A string that is freed leaves a hole; once holes are a quarter of the buffer, the owner calls
-//! [`ByteArena::compact`] with the offsets it still holds. The buffer grows by an eighth at a time,
-//! so that its spare room stays an eighth of what it holds (doubling would leave up to as much as
-//! it holds spare). Offsets are `u32`: an arena holds at most 4 GiB ([`ByteArena::push`] refuses
+//! [`ByteArena::compact`] with the offsets it still holds. The buffer grows by a sixteenth at a
+//! time, so that its spare room stays a sixteenth of what it holds (doubling would leave up to as
+//! much as it holds spare; a large buffer's `realloc` moves pages, not bytes). Offsets are `u32`: an arena holds at most 4 GiB ([`ByteArena::push`] refuses
 //! more).
 
 /// Holes below this many bytes are not worth a compaction.
@@ -28,7 +28,7 @@ impl ByteArena {
             return None;
         }
         if self.bytes.capacity() - self.bytes.len() < need {
-            self.bytes.reserve_exact(need.max(self.bytes.len() / 8).max(64));
+            self.bytes.reserve_exact(need.max(self.bytes.len() / 16).max(64));
         }
         let mut len = s.len();
         while len >= 0x80 {
@@ -79,15 +79,15 @@ impl ByteArena {
     /// size, which holes no longer take room in.
     pub fn compact<'a>(&mut self, held: impl Iterator<Item = &'a mut u32>) {
         let live = self.bytes.len() - self.garbage;
-        let mut next = ByteArena { bytes: Vec::with_capacity(live + live / 8), garbage: 0 };
+        let mut next = ByteArena { bytes: Vec::with_capacity(live + live / 16), garbage: 0 };
         for at in held {
             *at = next.push(self.get(*at)).expect("fewer bytes than before");
         }
         *self = next;
     }
 
-    /// Bytes allocated (for accounting in tests).
-    pub fn capacity(&self) -> usize {
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
         self.bytes.capacity()
     }
 }

@@ -54,8 +54,8 @@ impl Spills {
         }
     }
 
-    /// How many are held (for tests and accounting).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.held.len() - self.free.len()
     }
 }

@@ -10,6 +10,11 @@
 //! page was asked for; at most [`MAX_ENTRIES`] entries are kept, the least recently used
 //! directories dropped first. An entry without an ETag (some S3-compatible servers list none)
 //! tells that the object exists, not its version: only a HEAD does.
+//!
+//! A directory's entries are compact, as a slot may hold half a million: a sorted `Vec` of 36-byte
+//! [`Listed`] (the key in the directory's [`ByteArena`], the metadata a [`PackedMeta`], and the
+//! page that listed it, whose time its [`Range`] holds) where a `BTreeMap<String, (ObjectMeta,
+//! Instant)>` took ~250 bytes an entry.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -18,7 +23,10 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 use memarts_protocol::ObjectMeta;
 
-/// Entries kept over every directory (a hundred bytes or so each).
+use super::byte_arena::ByteArena;
+use super::compact_meta::{PackedMeta, Spills};
+
+/// Entries kept over every directory (~40 bytes and the key each).
 pub const MAX_ENTRIES: usize = 512 << 10;
 
 /// What a lookup found.
@@ -40,6 +48,8 @@ struct Range {
     after: Option<String>,
     last: Option<String>,
     at: Instant,
+    /// Its number in its directory: what its entries name it by ([`Listed::page`]).
+    page: u32,
 }
 
 impl Range {
@@ -48,10 +58,27 @@ impl Range {
     }
 }
 
+/// One key a page of the directory listed, with its version.
+#[derive(Clone, Copy)]
+struct Listed {
+    /// The key, in [`Dir::keys`].
+    key: u32,
+    /// The [`Range::page`] of the page that listed it last: it was listed when that page was
+    /// asked for (entries of pages no longer held are dropped with them).
+    page: u32,
+    meta: PackedMeta,
+}
+
 #[derive(Default)]
 struct Dir {
+    /// In the order they were recorded: by `page`.
     ranges: Vec<Range>,
-    entries: BTreeMap<String, (ObjectMeta, Instant)>,
+    /// Sorted by key.
+    entries: Vec<Listed>,
+    keys: ByteArena,
+    spills: Spills,
+    /// Pages recorded so far: the next one's number.
+    pages: u32,
     /// Keys written or deleted through the fleet, and when: a page asked for before that shows
     /// what the origin had before, and is not taken for them.
     forgotten: BTreeMap<String, Instant>,
@@ -76,6 +103,96 @@ pub struct Asker {
 /// or two per slot).
 const MAX_ASKERS: usize = 64;
 
+impl Dir {
+    /// Where `key` is in `entries` (or would go).
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.entries.binary_search_by(|e| self.keys.get(e.key).cmp(key.as_bytes()))
+    }
+
+    /// When the page numbered `page` was asked for, if it is held.
+    fn page_at(&self, page: u32) -> Option<Instant> {
+        self.ranges.binary_search_by_key(&page, |r| r.page).ok().map(|i| self.ranges[i].at)
+    }
+
+    /// Drops what `e` holds besides itself.
+    fn release(&mut self, e: Listed) {
+        self.keys.free(e.key);
+        e.meta.release(&mut self.spills);
+    }
+
+    fn compact_keys(&mut self) {
+        if self.keys.wants_compaction() {
+            self.keys.compact(self.entries.iter_mut().map(|e| &mut e.key));
+        }
+    }
+
+    /// Drops the entries of the pages no longer held.
+    fn drop_unheld(&mut self) {
+        let (ranges, keys, spills) = (&self.ranges, &mut self.keys, &mut self.spills);
+        self.entries.retain(|e| {
+            let held = ranges.binary_search_by_key(&e.page, |r| r.page).is_ok();
+            if !held {
+                keys.free(e.key);
+                e.meta.release(spills);
+            }
+            held
+        });
+        self.compact_keys();
+    }
+
+    /// Holds `found` (key, metadata) as listed by `page`, in place of what an older page said of
+    /// the same keys.
+    fn insert(&mut self, page: u32, found: Vec<(String, ObjectMeta)>) {
+        let held = self.entries.len();
+        let mut new: Vec<Listed> = Vec::new();
+        for (key, meta) in found {
+            let meta = PackedMeta::new(&meta, &mut self.spills);
+            match self.entries[..held].binary_search_by(|e| self.keys.get(e.key).cmp(key.as_bytes())) {
+                Ok(i) => {
+                    self.entries[i].meta.release(&mut self.spills);
+                    self.entries[i].meta = meta;
+                    self.entries[i].page = page;
+                }
+                Err(_) => match self.keys.push(key.as_bytes()) {
+                    Some(key) => new.push(Listed { key, page, meta }),
+                    None => meta.release(&mut self.spills),
+                },
+            }
+        }
+        if new.is_empty() {
+            return;
+        }
+        let keys = &self.keys;
+        new.sort_by(|a, b| keys.get(a.key).cmp(keys.get(b.key)));
+        // A key a page showed twice: the last one holds, as it would in a map.
+        let mut unique: Vec<Listed> = Vec::with_capacity(new.len());
+        for e in new {
+            match unique.last_mut() {
+                Some(last) if self.keys.get(last.key) == self.keys.get(e.key) => {
+                    let replaced = std::mem::replace(last, e);
+                    self.release(replaced);
+                }
+                _ => unique.push(e),
+            }
+        }
+        let spare = self.entries.capacity() - self.entries.len();
+        if spare < unique.len() {
+            // By a sixteenth at a time: spare entries cost 36 bytes each.
+            self.entries.reserve_exact(unique.len().max(self.entries.len() / 16));
+        }
+        let in_order = match (self.entries.last(), unique.first()) {
+            (Some(last), Some(first)) => self.keys.get(last.key) < self.keys.get(first.key),
+            _ => true,
+        };
+        self.entries.extend(unique);
+        if !in_order {
+            // Two sorted runs: a stable sort merges them in one pass.
+            let keys = &self.keys;
+            self.entries.sort_by(|a, b| keys.get(a.key).cmp(keys.get(b.key)));
+        }
+    }
+}
+
 pub struct DirVersions {
     ttl: Duration,
     dirs: Mutex<(LruCache<String, Dir>, usize)>,
@@ -96,10 +213,11 @@ impl DirVersions {
         let Some(range) = fresh.max_by_key(|r| r.at) else {
             return Seen::Unknown;
         };
-        match d.entries.get(key) {
+        let listed = d.find(key).ok().map(|i| d.entries[i]);
+        match listed.and_then(|e| Some((e.meta, d.page_at(e.page)?))) {
             // An entry older than the range that covers it was not in that page: gone since.
-            Some((meta, at)) if *at >= range.at => match versioned(meta) {
-                true => Seen::Listed(meta.clone(), at.elapsed()),
+            Some((meta, at)) if at >= range.at => match meta.versioned(&d.spills) {
+                true => Seen::Listed(meta.meta(&d.spills), at.elapsed()),
                 false => Seen::Unversioned,
             },
             _ => Seen::Absent,
@@ -113,14 +231,15 @@ impl DirVersions {
         let Some(d) = dirs.0.get_mut(dir) else { return Vec::new() };
         let ttl = self.ttl;
         let fresh: Vec<&Range> = d.ranges.iter().filter(|r| r.at.elapsed() < ttl).collect();
-        d.entries
-            .iter()
-            .filter(|(key, (meta, at))| {
-                let newest = fresh.iter().filter(|r| r.covers(key)).map(|r| r.at).max();
-                newest.is_some_and(|n| *at >= n) && versioned(meta)
-            })
-            .map(|(key, (meta, at))| (key.clone(), meta.clone(), at.elapsed()))
-            .collect()
+        let mut found = Vec::new();
+        for e in &d.entries {
+            let (key, Some(at)) = (d.keys.get_str(e.key), d.page_at(e.page)) else { continue };
+            let newest = fresh.iter().filter(|r| r.covers(key)).map(|r| r.at).max();
+            if newest.is_some_and(|n| at >= n) && e.meta.versioned(&d.spills) {
+                found.push((key.to_string(), e.meta.meta(&d.spills), at.elapsed()));
+            }
+        }
+        found
     }
 
     /// Whether listings of `dir` came in more than one page (from the last one that did).
@@ -159,7 +278,10 @@ impl DirVersions {
         let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
         let (cache, total) = &mut *dirs;
         if let Some(d) = cache.get_mut(dir) {
-            if d.entries.remove(key).is_some() {
+            if let Ok(i) = d.find(key) {
+                let e = d.entries.remove(i);
+                d.release(e);
+                d.compact_keys();
                 *total -= 1;
             }
             d.forgotten.insert(key.to_string(), Instant::now());
@@ -186,15 +308,16 @@ impl DirVersions {
         let ttl = self.ttl;
         let before = d.entries.len();
         d.ranges.retain(|r| r.at.elapsed() < ttl);
-        d.entries.retain(|_, (_, seen)| seen.elapsed() < ttl);
+        d.drop_unheld();
         d.large |= more || after.is_some();
-        d.ranges.push(Range { after, last: if more { last } else { None }, at });
+        let page = d.pages;
+        d.pages += 1;
+        d.ranges.push(Range { after, last: if more { last } else { None }, at, page });
         d.forgotten.retain(|_, when| when.elapsed() < ttl);
-        for (key, meta) in entries {
-            if d.forgotten.get(&key).is_none_or(|when| *when < at) {
-                d.entries.insert(key, (meta, at));
-            }
-        }
+        let forgotten = &d.forgotten;
+        let taken = entries.into_iter().filter(|(key, _)| forgotten.get(key).is_none_or(|when| *when < at));
+        let taken: Vec<(String, ObjectMeta)> = taken.collect();
+        d.insert(page, taken);
         *total = *total + d.entries.len() - before;
         while *total > MAX_ENTRIES {
             match cache.pop_lru() {

@@ -37,6 +37,8 @@ use std::sync::{Arc, OnceLock};
 
 use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
 
+/// Public for `tests/metadata_memory.rs`, which measures its memory per entry.
+pub use dir_versions::DirVersions;
 pub use meta_cache::MetaCache;
 
 use super::flight::Flights;

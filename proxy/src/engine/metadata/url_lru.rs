@@ -154,11 +154,13 @@ impl UrlLru {
         }
     }
 
+    #[cfg(test)]
     pub fn cap(&self) -> NonZeroUsize {
         self.cap
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.len
     }
 
@@ -234,9 +236,9 @@ impl UrlLru {
         let i = match self.free {
             NONE => {
                 if self.nodes.len() == self.nodes.capacity() {
-                    // By an eighth (not double), and never past the bound: spare nodes cost 48 B.
+                    // By a sixteenth (not double), and never past the bound: spare nodes cost 48 B.
                     let room = self.cap.get().saturating_sub(self.nodes.len()).max(1);
-                    self.nodes.reserve_exact((self.nodes.len() / 8).max(16).min(room));
+                    self.nodes.reserve_exact((self.nodes.len() / 16).max(16).min(room));
                 }
                 self.nodes.push(node);
                 (self.nodes.len() - 1) as u32
