@@ -6,9 +6,13 @@
 //! Layout (each file adds its part of `impl Metadata`):
 //! - this file: the state, `stat`, and what a write or a delete through the slot changes;
 //! - `meta_cache.rs`: the metadata cache (TTL, the stale fallback, what local reads are published);
+//!   its entries in `url_lru.rs` (a compact LRU map of URLs), their metadata as `compact_meta.rs`
+//!   packs it, their verification times as `verified_clock.rs` counts them, their URLs' names in
+//!   a `byte_arena.rs`;
 //! - `revalidate.rs`: expired metadata revalidated by listing the object's directory, by the slot
 //!   (or in a cluster the node) that owns it, for every slot that asks;
-//! - `dir_versions.rs`: the versions the listings of the directories a slot owns showed;
+//! - `dir_versions.rs`: the versions the listings of the directories a slot owns showed (packed
+//!   too, keys in a `byte_arena.rs` per directory);
 //! - `list_policy.rs`: whether a directory is worth listing (a bucket that refuses, a directory
 //!   of which this slot holds little);
 //! - `refresh.rs`: listings kept fresh ahead of their TTL for the slots reading them;

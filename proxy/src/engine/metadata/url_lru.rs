@@ -181,7 +181,7 @@ impl UrlLru {
     /// The metadata of `url` and how long ago it was verified, made the most recently used.
     pub fn get(&mut self, url: &str) -> Option<(ObjectMeta, Duration)> {
         let i = self.find(url)?;
-        self.to_front(i);
+        self.make_most_recent(i);
         let n = &self.nodes[i as usize];
         Some((n.meta.meta(&self.spills), self.clock.age(n.verified, Instant::now())))
     }
@@ -217,7 +217,7 @@ impl UrlLru {
             n.meta.release(&mut self.spills);
             n.meta = PackedMeta::new(meta, &mut self.spills);
             n.verified = verified;
-            self.to_front(i);
+            self.make_most_recent(i);
             return;
         }
         if self.len >= self.cap.get() {
@@ -310,7 +310,7 @@ impl UrlLru {
         self.head = i;
     }
 
-    fn to_front(&mut self, i: u32) {
+    fn make_most_recent(&mut self, i: u32) {
         if self.head != i {
             self.unlink(i);
             self.link_front(i);
