@@ -3,33 +3,37 @@
 //! in under 100 B of memory each, and an `ObjectMeta` is 80 B plus two heap strings.
 //!
 //! The common case is held inline: an ETag that is a lowercase 32-hex MD5, quoted or not (what S3
-//! and most S3-compatible servers give an object uploaded in one part), or no ETag; no version; a
-//! size under 2^48 (256 TiB) and a Last-Modified within ±2^45 ms (±1,100 years) of the epoch.
-//! Anything else (multipart or file-system ETags, versioned buckets) is *spilled*: the whole
+//! and most S3-compatible servers give an object uploaded in one part), a local file's
+//! `<inode>-<mtime µs>-<size>` in lowercase hex (what a directory origin gives), or no ETag; no
+//! version; a size under 2^48 (256 TiB) and a Last-Modified within ±2^44 ms (±550 years) of the
+//! epoch. Anything else (multipart ETags, versioned buckets) is *spilled*: the whole
 //! `ObjectMeta` goes to a side slab ([`Spills`]) and the inline bytes hold its index. Both forms
 //! give back exactly the `ObjectMeta` that was put.
 
 use memarts_protocol::ObjectMeta;
 
-/// What the two top bits of [`PackedMeta::hi`] say of the ETag.
+/// What the three top bits of [`PackedMeta::hi`] say of the ETag.
 const NO_ETAG: u32 = 0;
 const MD5_BARE: u32 = 1;
 const MD5_QUOTED: u32 = 2;
 const SPILLED: u32 = 3;
+const LOCAL_FILE: u32 = 4;
 
 const SIZE_BITS: u32 = 48;
-const MODIFIED_BITS: u32 = 46;
+const MODIFIED_BITS: u32 = 45;
+const FORM_SHIFT: u32 = 29;
 
 /// One object's metadata, packed (see the module docs). Copying it copies an index into its
 /// [`Spills`] when spilled: whoever drops it for good calls [`PackedMeta::release`].
 #[derive(Clone, Copy, Debug)]
 pub struct PackedMeta {
-    /// The MD5 of the ETag, or the spill index (first 4 bytes, little-endian).
+    /// The MD5 of the ETag, a local file's inode and mtime (little-endian), or the spill index
+    /// (first 4 bytes, little-endian).
     etag: [u8; 16],
     size_lo: u32,
     modified_lo: u32,
-    /// Bits 0-15: size bits 32-47; bits 16-29: Last-Modified bits 32-45 (two's complement);
-    /// bits 30-31: the ETag's form.
+    /// Bits 0-15: size bits 32-47; bits 16-28: Last-Modified bits 32-44 (two's complement);
+    /// bits 29-31: the ETag's form.
     hi: u32,
 }
 
@@ -67,7 +71,7 @@ impl PackedMeta {
         let modified_fits = (-(1i64 << (MODIFIED_BITS - 1))..1i64 << (MODIFIED_BITS - 1)).contains(&modified);
         let form = match meta.etag.as_deref() {
             None => Some((NO_ETAG, [0; 16])),
-            Some(etag) => md5_of(etag),
+            Some(etag) => md5_of(etag).or_else(|| local_file_of(etag, meta.size)),
         };
         match form {
             Some((form, md5)) if meta.version.is_none() && meta.size >> SIZE_BITS == 0 && modified_fits => {
@@ -76,19 +80,19 @@ impl PackedMeta {
                     etag: md5,
                     size_lo: meta.size as u32,
                     modified_lo: modified as u32,
-                    hi: (meta.size >> 32) as u32 | ((modified >> 32) as u32) << 16 | form << 30,
+                    hi: (meta.size >> 32) as u32 | ((modified >> 32) as u32) << 16 | form << FORM_SHIFT,
                 }
             }
             _ => {
                 let mut etag = [0; 16];
                 etag[..4].copy_from_slice(&spills.put(meta.clone()).to_le_bytes());
-                PackedMeta { etag, size_lo: 0, modified_lo: 0, hi: SPILLED << 30 }
+                PackedMeta { etag, size_lo: 0, modified_lo: 0, hi: SPILLED << FORM_SHIFT }
             }
         }
     }
 
     fn form(&self) -> u32 {
-        self.hi >> 30
+        self.hi >> FORM_SHIFT
     }
 
     fn spill_index(&self) -> usize {
@@ -103,18 +107,15 @@ impl PackedMeta {
                 .clone()
                 .expect("a packed meta's spill is held until released");
         }
-        let modified = (((self.hi >> 16) & 0x3fff) as u64) << 32 | self.modified_lo as u64;
+        let modified = (((self.hi >> 16) & 0x1fff) as u64) << 32 | self.modified_lo as u64;
         let modified = ((modified << (64 - MODIFIED_BITS)) as i64) >> (64 - MODIFIED_BITS);
+        let size = ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64;
         let etag = match form {
             NO_ETAG => None,
+            LOCAL_FILE => Some(local_file_text(&self.etag, size)),
             quoted => Some(md5_text(&self.etag, quoted == MD5_QUOTED)),
         };
-        ObjectMeta {
-            size: ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64,
-            etag,
-            version: None,
-            last_modified_ms: modified,
-        }
+        ObjectMeta { size, etag, version: None, last_modified_ms: modified }
     }
 
     /// Whether it names a version: a non-empty ETag (`dir_versions::versioned`), told without
@@ -160,6 +161,25 @@ fn md5_of(etag: &str) -> Option<(u32, [u8; 16])> {
     Some((form, md5))
 }
 
+/// A local file's ETag (`object_store`'s `<inode>-<mtime µs>-<size>`, lowercase hex) whose size
+/// is the object's: its inode and mtime. Only the canonical text is taken, so that it comes back
+/// as it was.
+fn local_file_of(etag: &str, size: u64) -> Option<(u32, [u8; 16])> {
+    let mut parts = etag.split('-');
+    let mut next = || u64::from_str_radix(parts.next()?, 16).ok();
+    let (inode, mtime, of_size) = (next()?, next()?, next()?);
+    let mut inline = [0; 16];
+    inline[..8].copy_from_slice(&inode.to_le_bytes());
+    inline[8..].copy_from_slice(&mtime.to_le_bytes());
+    (of_size == size && local_file_text(&inline, size) == etag).then_some((LOCAL_FILE, inline))
+}
+
+fn local_file_text(inline: &[u8; 16], size: u64) -> String {
+    let inode = u64::from_le_bytes(inline[..8].try_into().expect("8 bytes"));
+    let mtime = u64::from_le_bytes(inline[8..].try_into().expect("8 bytes"));
+    format!("{inode:x}-{mtime:x}-{size:x}")
+}
+
 fn md5_text(md5: &[u8; 16], quoted: bool) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut text = String::with_capacity(34);
@@ -202,8 +222,10 @@ mod tests {
         for (etag, size, modified) in [
             (Some(format!("\"{md5}\"")), 1, 1_700_000_000_123),
             (Some(md5.to_string()), (1 << 48) - 1, -1),
-            (None, 0, (1 << 45) - 1),
-            (None, 5 << 40, -(1 << 45)),
+            (None, 0, (1 << 44) - 1),
+            (None, 5 << 40, -(1 << 44)),
+            (Some("3a1f2b-5f8e9a1c2d3e4-1000".to_string()), 0x1000, 1_700_000_000_123),
+            (Some("0-0-1".to_string()), 1, 0),
         ] {
             round_trip(m(etag.as_deref(), size, modified), false);
         }
@@ -214,8 +236,13 @@ mod tests {
             (Some(String::new()), 1, 0),
             (Some("\"\"".to_string()), 1, 0),
             (Some("3a1f2b-5f8e9a1c2d3e4-1000".to_string()), 1, 0),
+            (Some("3A1f2b-5f8e9a1c2d3e4-1".to_string()), 1, 0),
+            (Some("03a1f2b-5f8e9a1c2d3e4-1".to_string()), 1, 0),
+            (Some("3a1f2b-5f8e9a1c2d3e4-1-1".to_string()), 1, 0),
+            (Some("-5f8e9a1c2d3e4-1".to_string()), 1, 0),
+            (Some("+3a1f2b-5f8e9a1c2d3e4-1".to_string()), 1, 0),
             (None, 1 << 48, 0),
-            (None, 1, 1 << 45),
+            (None, 1, 1 << 44),
             (None, 1, i64::MIN),
         ] {
             round_trip(m(etag.as_deref(), size, modified), true);
