@@ -99,22 +99,26 @@ fn meta_table_header_and_entry_words() {
     let w = words(meta_table::table_len(16));
     let table = MetaTable::init(&w, 60_000).unwrap();
     let magic = u64::from_le_bytes(*b"MAMETAT1");
-    assert_eq!(loaded(&w[..8]), [magic, 2, 16, 60_000, 0, 0, 0, 0]);
+    assert_eq!(loaded(&w[..8]), [magic, 3, 16, 60_000, 0, 0, 0, 0]);
     table.mark_superseded();
     assert_eq!(w[4].load(Ordering::Relaxed), 1, "word 4: superseded");
-    // Key 5 (low) | 7 (high): home place 5, entry i at word 8 + 16i.
+    // Key 5 (low) | 7 (high): home place 5, entry i at word 8 + 8i. An ETag of no other form, as it
+    // is (form 5, its length in the argument).
     let key = 7u128 << 64 | 5;
     let published =
         Published { size: 300, etag: "\"abcdefghi\"".into(), last_modified_ms: -2, verified_ms: 1234 };
     table.publish(key, &published);
-    let mut etag = [0u64; 8];
-    etag[0] = u64::from_le_bytes(*b"\"abcdefg");
-    etag[1] = u64::from_le_bytes([b'h', b'i', b'"', 0, 0, 0, 0, 0]);
-    let entry = 8 + 16 * 5;
-    let mut want = vec![2, 5, 7, 300, 1234, 11];
-    want.extend_from_slice(&etag);
-    want.extend_from_slice(&[(-2i64) as u64, 0]);
-    assert_eq!(loaded(&w[entry..entry + 16]), want);
+    let etag = [u64::from_le_bytes(*b"\"abcdefg"), u64::from_le_bytes([b'h', b'i', b'"', 0, 0, 0, 0, 0])];
+    let entry = 8 + 8 * 5;
+    let want = [2, 5, 7, 300, 1234 << 20 | 5 << 16 | 11, (-2i64) as u64, etag[0], etag[1]];
+    assert_eq!(loaded(&w[entry..entry + 8]), want);
+    // A quoted MD5 (form 2): its 16 bytes.
+    let key = 7u128 << 64 | 6;
+    let md5 = "\"000102030405060708090a0b0c0d0e0f\"";
+    table.publish(key, &Published { size: 1, etag: md5.into(), last_modified_ms: 0, verified_ms: 9 });
+    let entry = 8 + 8 * 6;
+    let want = [2, 6, 7, 1, 9 << 20 | 2 << 16, 0, 0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908];
+    assert_eq!(loaded(&w[entry..entry + 8]), want);
     // The same through a file: a fresh table's first words.
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("meta-0.table");
@@ -122,7 +126,7 @@ fn meta_table_header_and_entry_words() {
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes.len(), meta_table::table_len(100), "sized as asked; 64 entries of it used");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
-    assert_eq!(head, [magic, 2, 64, 5000, 0, 0, 0, 0]);
+    assert_eq!(head, [magic, 3, 64, 5000, 0, 0, 0, 0]);
 }
 
 #[test]

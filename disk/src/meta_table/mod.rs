@@ -16,21 +16,24 @@
 //! ```text
 //! word      field
 //! 0         magic b"MAMETAT1"
-//! 1         layout version = 2
+//! 1         layout version = 3
 //! 2         capacity: entries, a power of two
 //! 3         ttl_ms: how long an entry is trusted after its verification
 //! 4         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 5..8      reserved, 0
-//! 8 + 16i   entry i, 16 words:
+//! 8 + 8i    entry i, 8 words (64 bytes):
 //!   +0        seq: 0 never written; odd while being written; even once written
 //!   +1, +2    key: the URL's 128-bit hash (low, high); both 0 for an entry withdrawn
 //!   +3        object size in bytes
-//!   +4        verified_ms: when the ETag was last verified, ms since the Unix epoch
-//!   +5        ETag length in bytes (at most 64)
-//!   +6..+14   the ETag's bytes
-//!   +14       last_modified_ms: the object's Last-Modified, ms since the Unix epoch
-//!   +15       reserved, 0
+//!   +4        verified_ms << 20 | ETag form << 16 | the form's argument (16 bits); verified_ms:
+//!             when the ETag was last verified, ms since the Unix epoch (so that entries compare
+//!             by it first)
+//!   +5        last_modified_ms: the object's Last-Modified, ms since the Unix epoch
+//!   +6, +7    the ETag's 16 bytes, read as its form says (`etag.rs`: an MD5, an MD5 and a part
+//!             count, a local file's inode and mtime, or up to 16 bytes as they are)
 //! ```
+//!
+//! An ETag of none of those forms is not published (its object's reads take the proxy).
 //!
 //! An entry lives in one of [`PROBES`] consecutive places from `key % capacity`; a writer takes the
 //! URL's own place, else a free one, else the least recently verified one of those places.
@@ -40,24 +43,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::seq_table::{BadHeader, Claim, SeqTable, Shape};
 
+pub mod etag;
 mod file;
 pub use file::TableFile;
 
 /// Word 0 of every table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAMETAT1");
-/// The layout this code reads and writes (2: entries probed over 32 places, not 8).
-pub const VERSION: u64 = 2;
+/// The layout this code reads and writes (2: entries probed over 32 places, not 8; 3: entries of
+/// 8 words, the ETag in 16 bytes).
+pub const VERSION: u64 = 3;
 /// Words before the first entry.
 pub const HEADER_WORDS: usize = 8;
 /// Words per entry.
-pub const ENTRY_WORDS: usize = 16;
+pub const ENTRY_WORDS: usize = 8;
 /// Places an entry may occupy, from its home place on: enough that a table fills to about half
 /// before a new entry first finds all its places taken (at 8, a quarter: the table grew twice as
 /// early, and took twice the memory per object).
 pub const PROBES: usize = 32;
-/// Longest ETag an entry holds; objects with longer ETags are not published (their reads take the
-/// proxy, as before).
-pub const MAX_ETAG: usize = 64;
 
 /// Header word of the TTL.
 const TTL: usize = 3;
@@ -83,10 +85,10 @@ impl From<BadHeader> for TableError {
 // Entry words after the key (words 1 and 2, `crate::seq_table`).
 const SIZE: usize = 3;
 const VERIFIED: usize = 4;
-const ETAG_LEN: usize = 5;
+const LAST_MODIFIED: usize = 5;
 const ETAG: usize = 6;
-const ETAG_WORDS: usize = MAX_ETAG / 8;
-const LAST_MODIFIED: usize = ETAG + ETAG_WORDS;
+/// Bits of the verified word below `verified_ms`.
+const VERIFIED_SHIFT: u32 = 20;
 
 /// Bytes of a table of `capacity` entries.
 pub fn table_len(capacity: usize) -> usize {
@@ -181,52 +183,48 @@ impl<'a> MetaTable<'a> {
     /// the entry (the caller asks the proxy).
     pub fn lookup(&self, key: u128) -> Option<Published> {
         let read = |entry: &[AtomicU64]| {
-            let mut etag = [0u8; MAX_ETAG];
-            for (i, w) in entry[ETAG..ETAG + ETAG_WORDS].iter().enumerate() {
-                etag[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-            }
-            let fields = (
-                entry[SIZE].load(Ordering::Relaxed),
-                entry[VERIFIED].load(Ordering::Relaxed),
-                entry[ETAG_LEN].load(Ordering::Relaxed),
-                entry[LAST_MODIFIED].load(Ordering::Relaxed) as i64,
-            );
-            (etag, fields)
+            let word = |i: usize| entry[i].load(Ordering::Relaxed);
+            (word(SIZE), word(VERIFIED), word(LAST_MODIFIED) as i64, [word(ETAG), word(ETAG + 1)])
         };
         // A consistent copy; what it holds is checked as any input is.
-        let decode = |(etag, (size, verified_ms, len, last_modified_ms)): ([u8; MAX_ETAG], _)| {
-            let etag = etag.get(..len as usize).and_then(|e| std::str::from_utf8(e).ok())?;
-            Some(Published { size, etag: etag.to_string(), last_modified_ms, verified_ms })
+        let decode = |(size, verified, last_modified_ms, etag): (u64, u64, i64, [u64; 2])| {
+            let mut bytes = [0; 16];
+            bytes[..8].copy_from_slice(&etag[0].to_le_bytes());
+            bytes[8..].copy_from_slice(&etag[1].to_le_bytes());
+            let form = etag::Form::from_u8((verified >> 16) as u8 & 0xf)?;
+            let etag = etag::unpack(&etag::PackedEtag { form, arg: verified as u16, bytes }, size)?;
+            Some(Published { size, etag, last_modified_ms, verified_ms: verified >> VERIFIED_SHIFT })
         };
         self.table.find(key, read, decode).map(|found| found.fields)
     }
 
     /// Publishes `published` for the URL hashed to `key`, and says how; nothing is written for an
-    /// ETag longer than [`MAX_ETAG`] or empty (and an older entry of the URL is withdrawn). Single
-    /// writer.
+    /// ETag of none of the forms an entry holds (`etag.rs`), or a verification time past 2527 (and
+    /// an older entry of the URL is withdrawn). Single writer.
     pub fn publish(&self, key: u128, published: &Published) -> Publish {
-        let etag = published.etag.as_bytes();
-        if etag.is_empty() || etag.len() > MAX_ETAG || key == 0 {
+        let packed = etag::pack(&published.etag, published.size);
+        let (Some(packed), true, true) =
+            (packed, published.verified_ms >> (64 - VERIFIED_SHIFT) == 0, key != 0)
+        else {
             if key != 0 {
                 self.withdraw(key); // an older version's entry must not outlive this one
             }
             return Publish::Skipped;
-        }
+        };
         let Some((place, how)) = self.table.claim(key, Some(VERIFIED)) else {
             return Publish::Skipped;
         };
-        let mut etag_words = [0u64; ETAG_WORDS];
-        for (i, b) in etag.iter().enumerate() {
-            etag_words[i / 8] |= u64::from(*b) << (8 * (i % 8));
-        }
+        let verified = published.verified_ms << VERIFIED_SHIFT
+            | u64::from(packed.form as u8) << 16
+            | u64::from(packed.arg);
+        let etag_word =
+            |i: usize| u64::from_le_bytes(packed.bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         self.table.write(place, key, |e| {
             e[SIZE].store(published.size, Ordering::Relaxed);
-            e[VERIFIED].store(published.verified_ms, Ordering::Relaxed);
-            e[ETAG_LEN].store(etag.len() as u64, Ordering::Relaxed);
+            e[VERIFIED].store(verified, Ordering::Relaxed);
             e[LAST_MODIFIED].store(published.last_modified_ms as u64, Ordering::Relaxed);
-            for (w, v) in e[ETAG..ETAG + ETAG_WORDS].iter().zip(etag_words) {
-                w.store(v, Ordering::Relaxed);
-            }
+            e[ETAG].store(etag_word(0), Ordering::Relaxed);
+            e[ETAG + 1].store(etag_word(1), Ordering::Relaxed);
         });
         match how {
             Claim::Own => Publish::Updated,
@@ -276,15 +274,16 @@ mod tests {
     }
 
     #[test]
-    fn a_long_or_empty_etag_is_not_published_and_withdraws_the_old_one() {
+    fn an_etag_of_no_form_is_not_published_and_withdraws_the_old_one() {
         let w = words(16);
         let table = MetaTable::init(&w, 1000).unwrap();
         let k = url_key("s3://b/k");
         assert_eq!(table.publish(k, &published("short", 1)), Publish::Added);
-        assert_eq!(table.publish(k, &published(&"x".repeat(MAX_ETAG + 1), 2)), Publish::Skipped);
+        assert_eq!(table.publish(k, &published(&"x".repeat(17), 2)), Publish::Skipped);
         assert_eq!(table.lookup(k), None, "the old version's entry went");
-        assert_eq!(table.publish(k, &published(&"y".repeat(MAX_ETAG), 3)), Publish::Added);
-        assert_eq!(table.lookup(k).unwrap().etag.len(), MAX_ETAG);
+        let multipart = "\"9e107d9d372bb6826bd81d3542a419d6-300\"";
+        assert_eq!(table.publish(k, &published(multipart, 3)), Publish::Added);
+        assert_eq!(table.lookup(k).unwrap().etag, multipart);
         assert_eq!(table.publish(k, &published("", 4)), Publish::Skipped);
         assert_eq!(table.lookup(k), None);
     }
@@ -321,7 +320,8 @@ mod tests {
         table.publish(k, &published("e", 1));
         for i in 0..8 {
             if table.table.key_at(i) == k {
-                table.table.entry(i)[ETAG_LEN].store(1000, Ordering::Relaxed);
+                table.table.entry(i)[VERIFIED].store(7 << 16 | 1, Ordering::Relaxed);
+                // no such form
             }
         }
         assert_eq!(table.lookup(k), None);
@@ -343,10 +343,10 @@ mod tests {
                     while !stop.load(Ordering::Relaxed) {
                         for k in &keys {
                             if let Some(p) = reader.lookup(*k) {
-                                // Version v of a key has size v and ETag "v-<v>" padded to v % 64.
-                                let want = format!("v-{}", p.size);
+                                // Version v of a key has size v and ETag "v<v>" padded by v % 8.
+                                let want = format!("v{}", p.size);
                                 let want =
-                                    format!("{want:x<width$}", width = (p.size % 50) as usize + want.len());
+                                    format!("{want:x<width$}", width = (p.size % 8) as usize + want.len());
                                 assert_eq!(p.etag, want, "a torn entry");
                                 seen += 1;
                             }
@@ -357,8 +357,8 @@ mod tests {
             }
             for v in 0..20_000u64 {
                 let k = keys[(v % 32) as usize];
-                let etag = format!("v-{v}");
-                let etag = format!("{etag:x<width$}", width = (v % 50) as usize + etag.len());
+                let etag = format!("v{v}");
+                let etag = format!("{etag:x<width$}", width = (v % 8) as usize + etag.len());
                 if v % 7 == 0 {
                     table.withdraw(k);
                 } else {

@@ -10,14 +10,16 @@
 //! `ObjectMeta` goes to a side slab ([`Spills`]) and the inline bytes hold its index. Both forms
 //! give back exactly the `ObjectMeta` that was put.
 
+use memarts_disk::meta_table::etag::{self, Form, PackedEtag};
 use memarts_protocol::ObjectMeta;
 
-/// What the three top bits of [`PackedMeta::hi`] say of the ETag.
+/// What the three top bits of [`PackedMeta::hi`] say of the ETag: none, spilled, or the form
+/// (`memarts_disk::meta_table::etag`, the metadata table's own) of one held in the 16 bytes with
+/// no argument: an MD5, bare or quoted, or a local file's.
 const NO_ETAG: u32 = 0;
-const MD5_BARE: u32 = 1;
-const MD5_QUOTED: u32 = 2;
-const SPILLED: u32 = 3;
-const LOCAL_FILE: u32 = 4;
+const SPILLED: u32 = 7;
+const _: () = assert!(Form::Md5 as u32 != SPILLED && Form::Md5Quoted as u32 != SPILLED);
+const _: () = assert!(Form::LocalFile as u32 != SPILLED && Form::Md5 as u32 != NO_ETAG);
 
 const SIZE_BITS: u32 = 48;
 const MODIFIED_BITS: u32 = 45;
@@ -71,7 +73,9 @@ impl PackedMeta {
         let modified_fits = (-(1i64 << (MODIFIED_BITS - 1))..1i64 << (MODIFIED_BITS - 1)).contains(&modified);
         let form = match meta.etag.as_deref() {
             None => Some((NO_ETAG, [0; 16])),
-            Some(etag) => md5_of(etag).or_else(|| local_file_of(etag, meta.size)),
+            Some(text) => etag::pack(text, meta.size)
+                .filter(|p| matches!(p.form, Form::Md5 | Form::Md5Quoted | Form::LocalFile))
+                .map(|p| (p.form as u32, p.bytes)),
         };
         match form {
             Some((form, md5)) if meta.version.is_none() && meta.size >> SIZE_BITS == 0 && modified_fits => {
@@ -112,8 +116,10 @@ impl PackedMeta {
         let size = ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64;
         let etag = match form {
             NO_ETAG => None,
-            LOCAL_FILE => Some(local_file_text(&self.etag, size)),
-            quoted => Some(md5_text(&self.etag, quoted == MD5_QUOTED)),
+            form => {
+                let form = Form::from_u8(form as u8).expect("a form packed here");
+                etag::unpack(&PackedEtag { form, arg: 0, bytes: self.etag }, size)
+            }
         };
         ObjectMeta { size, etag, version: None, last_modified_ms: modified }
     }
@@ -136,64 +142,6 @@ impl PackedMeta {
             spills.free.push(i as u32);
         }
     }
-}
-
-/// The 16 bytes and the form of an ETag that is a lowercase 32-hex MD5, quoted or bare. Uppercase
-/// hex is not taken: its text would not come back as it was.
-fn md5_of(etag: &str) -> Option<(u32, [u8; 16])> {
-    let (hex, form) = match etag.strip_prefix('"').and_then(|e| e.strip_suffix('"')) {
-        Some(inner) => (inner, MD5_QUOTED),
-        None => (etag, MD5_BARE),
-    };
-    let hex = hex.as_bytes();
-    if hex.len() != 32 {
-        return None;
-    }
-    let digit = |c: u8| match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
-    };
-    let mut md5 = [0; 16];
-    for (byte, pair) in md5.iter_mut().zip(hex.chunks_exact(2)) {
-        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
-    }
-    Some((form, md5))
-}
-
-/// A local file's ETag (`object_store`'s `<inode>-<mtime µs>-<size>`, lowercase hex) whose size
-/// is the object's: its inode and mtime. Only the canonical text is taken, so that it comes back
-/// as it was.
-fn local_file_of(etag: &str, size: u64) -> Option<(u32, [u8; 16])> {
-    let mut parts = etag.split('-');
-    let mut next = || u64::from_str_radix(parts.next()?, 16).ok();
-    let (inode, mtime, of_size) = (next()?, next()?, next()?);
-    let mut inline = [0; 16];
-    inline[..8].copy_from_slice(&inode.to_le_bytes());
-    inline[8..].copy_from_slice(&mtime.to_le_bytes());
-    (of_size == size && local_file_text(&inline, size) == etag).then_some((LOCAL_FILE, inline))
-}
-
-fn local_file_text(inline: &[u8; 16], size: u64) -> String {
-    let inode = u64::from_le_bytes(inline[..8].try_into().expect("8 bytes"));
-    let mtime = u64::from_le_bytes(inline[8..].try_into().expect("8 bytes"));
-    format!("{inode:x}-{mtime:x}-{size:x}")
-}
-
-fn md5_text(md5: &[u8; 16], quoted: bool) -> String {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(34);
-    if quoted {
-        text.push('"');
-    }
-    for b in md5 {
-        text.push(HEX[(b >> 4) as usize] as char);
-        text.push(HEX[(b & 15) as usize] as char);
-    }
-    if quoted {
-        text.push('"');
-    }
-    text
 }
 
 #[cfg(test)]
