@@ -25,17 +25,17 @@
 //! ```text
 //! word      field
 //! 0         magic b"MAPACKT1"
-//! 1         layout version = 1
+//! 1         layout version = 2
 //! 2         capacity: entries, a power of two
 //! 3         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 4..8      reserved, 0
-//! 8 + 8i    entry i, 8 words:
+//! 8 + 5i    entry i, 5 words (40 bytes):
 //!   +0        seq: 0 never written; odd while being written; even once written
 //!   +1, +2    chunk id (low, high); both 0 for an entry withdrawn
-//!   +3        segment: the number of the segment file (`<seq:016x>.seg` in the slot's directory)
+//!   +3        segment | len << 32: the number of the segment file (`<seq:016x>.seg` in the slot's
+//!             directory) and the length of the whole record, padding included (what
+//!             `Segments::read` reads)
 //!   +4        offset of the record in that file
-//!   +5        length of the whole record, padding included (what `Segments::read` reads)
-//!   +6, +7    reserved, 0
 //! ```
 
 use std::io;
@@ -47,12 +47,12 @@ use crate::shared_file::SharedWords;
 
 /// Word 0 of every packed table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAPACKT1");
-/// The layout this code reads and writes.
-pub const VERSION: u64 = 1;
+/// The layout this code reads and writes (2: entries of 5 words, not 8).
+pub const VERSION: u64 = 2;
 /// Words before the first entry.
 pub const HEADER_WORDS: usize = 8;
 /// Words per entry.
-pub const ENTRY_WORDS: usize = 8;
+pub const ENTRY_WORDS: usize = 5;
 /// Places an entry may occupy, from its home place on: 32, as in the metadata table, so that a
 /// table fills to about half before a chunk first finds all its places taken (at 8, a quarter:
 /// the table grew twice as early).
@@ -62,9 +62,8 @@ pub const PROBES: usize = 32;
 pub const PACKED_MAX: u64 = 64 << 10;
 
 // Entry words after the chunk id (words 1 and 2, `crate::seq_table`).
-const SEGMENT: usize = 3;
+const SEGMENT_LEN: usize = 3;
 const OFFSET: usize = 4;
-const LEN: usize = 5;
 
 /// Bytes of a table of `capacity` entries.
 pub fn table_len(capacity: usize) -> usize {
@@ -160,10 +159,13 @@ impl<'a> PackedTable<'a> {
 
     /// The entry of chunk `id`, if its slot published one (read consistently: never a torn one).
     pub fn lookup(&self, id: u128) -> Option<PackedEntry> {
-        let read = |e: &[AtomicU64]| RecordPlace {
-            segment: e[SEGMENT].load(Ordering::Relaxed),
-            offset: e[OFFSET].load(Ordering::Relaxed),
-            len: e[LEN].load(Ordering::Relaxed),
+        let read = |e: &[AtomicU64]| {
+            let segment_len = e[SEGMENT_LEN].load(Ordering::Relaxed);
+            RecordPlace {
+                segment: segment_len & 0xffff_ffff,
+                offset: e[OFFSET].load(Ordering::Relaxed),
+                len: segment_len >> 32,
+            }
         };
         let found = self.table.find(id, read, |r| (r.len > 0).then_some(r))?;
         Some(PackedEntry { record: found.fields, place: found.place, seq: found.seq })
@@ -176,13 +178,18 @@ impl<'a> PackedTable<'a> {
         self.table.unchanged(entry.place, entry.seq) && !self.superseded()
     }
 
-    /// Publishes where chunk `id`'s record is (its bytes written). Single writer.
+    /// Publishes where chunk `id`'s record is (its bytes written); a segment number or length
+    /// past 32 bits is not (a slot's are not: `Segments` numbers them in 32 bits, records are at
+    /// most [`PACKED_MAX`] and a head). Single writer.
     pub fn publish(&self, id: u128, record: RecordPlace) -> Publish {
+        if (record.segment | record.len) >> 32 != 0 {
+            self.withdraw(id);
+            return Publish::Full;
+        }
         let Some((place, how)) = self.table.claim(id, None) else { return Publish::Full };
         self.table.write(place, id, |e| {
-            e[SEGMENT].store(record.segment, Ordering::Relaxed);
+            e[SEGMENT_LEN].store(record.segment | record.len << 32, Ordering::Relaxed);
             e[OFFSET].store(record.offset, Ordering::Relaxed);
-            e[LEN].store(record.len, Ordering::Relaxed);
         });
         match how {
             Claim::Own => Publish::Updated,

@@ -1,5 +1,5 @@
 //! Golden bytes: the layouts of the files other processes map or read (chunk files, the metadata
-//! table, the resident table) are frozen here. A process of an older build may read them across a
+//! table, the resident table, the packed table) are frozen here. A process of an older build may read them across a
 //! rolling restart, and a cache outlives the build that wrote it: if one of these fails, the change
 //! broke that; make a new format version (a new magic or layout version) instead of editing these.
 
@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use memarts_disk::chunk_file::format::{self, decode_header, encode_header, FLAG_MEMARTS_ONLY};
 use memarts_disk::chunk_file::{chunk_relative_path, verify, ChunkKey};
 use memarts_disk::meta_table::{self, MetaTable, Published, TableFile};
+use memarts_disk::packed_table::{self, PackedTable, RecordPlace};
 use memarts_disk::resident_table::{self, ResidentFile, ResidentTable, Stamp};
 
 fn small_key() -> ChunkKey {
@@ -156,4 +157,19 @@ fn resident_table_header_and_entry_words() {
     assert_eq!(bytes.len(), resident_table::table_len(100), "sized as asked; 64 entries of it used");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
     assert_eq!(head, [magic, 1, 64, 0, 0, 0, 0, 0]);
+}
+
+#[test]
+fn packed_table_header_and_entry_words() {
+    let w = words(packed_table::table_len(16));
+    let table = PackedTable::init(&w).unwrap();
+    let magic = u64::from_le_bytes(*b"MAPACKT1");
+    assert_eq!(loaded(&w[..8]), [magic, 2, 16, 0, 0, 0, 0, 0]);
+    table.mark_superseded();
+    assert_eq!(w[3].load(Ordering::Relaxed), 1, "word 3: superseded");
+    // Chunk id 5 (low) | 7 (high): home place 5, entry i at word 8 + 5i.
+    let id = 7u128 << 64 | 5;
+    table.publish(id, RecordPlace { segment: 0x2a, offset: 0x1234_5678, len: 4160 });
+    let entry = 8 + 5 * 5;
+    assert_eq!(loaded(&w[entry..entry + 5]), [2, 5, 7, 4160 << 32 | 0x2a, 0x1234_5678]);
 }
