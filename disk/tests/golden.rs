@@ -1,5 +1,5 @@
 //! Golden bytes: the layouts of the files other processes map or read (chunk files, the metadata
-//! table, the resident table, the packed table) are frozen here. A process of an older build may read them across a
+//! table, the resident table, the packed table, segment files and their indexes) are frozen here. A process of an older build may read them across a
 //! rolling restart, and a cache outlives the build that wrote it: if one of these fails, the change
 //! broke that; make a new format version (a new magic or layout version) instead of editing these.
 
@@ -10,6 +10,7 @@ use memarts_disk::chunk_file::{chunk_relative_path, verify, ChunkKey};
 use memarts_disk::meta_table::{self, MetaTable, Published, TableFile};
 use memarts_disk::packed_table::{self, PackedTable, RecordPlace};
 use memarts_disk::resident_table::{self, ResidentFile, ResidentTable, Stamp};
+use memarts_disk::segment::{self, IndexEntry};
 
 fn small_key() -> ChunkKey {
     ChunkKey {
@@ -172,4 +173,36 @@ fn packed_table_header_and_entry_words() {
     table.publish(id, RecordPlace { segment: 0x2a, offset: 0x1234_5678, len: 4160 });
     let entry = 8 + 5 * 5;
     assert_eq!(loaded(&w[entry..entry + 5]), [2, 5, 7, 4160 << 32 | 0x2a, 0x1234_5678]);
+}
+
+#[test]
+fn segment_header_record_and_index_bytes() {
+    let mut header = b"MASEG001".to_vec();
+    header.extend_from_slice(&0x2au64.to_le_bytes());
+    assert_eq!(segment::segment_header(0x2a).to_vec(), header);
+    // A record of 3 bytes of data for a 5-byte identity: head, identity, data, zeros to 8.
+    let head = segment::encode_head(b"ident", 3, 0xdead_beef, 1).unwrap();
+    let mut want = b"MRC1".to_vec();
+    want.extend_from_slice(&5u32.to_le_bytes());
+    want.extend_from_slice(&3u32.to_le_bytes());
+    want.extend_from_slice(&0xdead_beefu32.to_le_bytes());
+    want.extend_from_slice(&[1, 0, 0, 0]);
+    let mut crc_input = want.clone();
+    crc_input.extend_from_slice(b"ident");
+    want.extend_from_slice(&memarts_protocol::crc32c(&crc_input).to_le_bytes());
+    want.extend_from_slice(b"ident");
+    assert_eq!(head, want);
+    assert_eq!(segment::padding(5, 3), 0, "24 + 5 + 3 = 32: already a multiple of 8");
+    assert_eq!(segment::padding(5, 4), 7);
+    assert_eq!(segment::record_len(5, 4), 40);
+    // An index of one entry: magic, count, (id, offset, record length), CRC32C of all before.
+    let index = segment::encode_index(&[IndexEntry { id: 7u128 << 64 | 5, offset: 16, record_len: 32 }]);
+    let mut want = b"MASEGIX1".to_vec();
+    want.extend_from_slice(&1u64.to_le_bytes());
+    want.extend_from_slice(&(7u128 << 64 | 5).to_le_bytes());
+    want.extend_from_slice(&16u32.to_le_bytes());
+    want.extend_from_slice(&32u32.to_le_bytes());
+    let crc = memarts_protocol::crc32c(&want);
+    want.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(index, want);
 }
