@@ -212,7 +212,33 @@ impl Fleet {
 
 impl Drop for Fleet {
     fn drop(&mut self) {
+        // A test that failed may leave a slot stopped (SIGSTOP) or hung: stopped slots are woken
+        // so the stop reaches them, and any slot still alive after it is killed, so no fleet
+        // outlives its test.
+        let pids: Vec<i32> = std::fs::read_dir(&self.run_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                e.file_name().to_str().is_some_and(|n| n.starts_with("proxy-") && n.ends_with(".pid"))
+            })
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok()?.trim().parse().ok())
+            .collect();
+        for &pid in &pids {
+            // SAFETY: kill(2) with a pid and a signal number; no memory is shared.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+        }
         let _ = self.memarts(&["stop_proxy", "--grace", "5"]);
+        let run_dir = self.run_dir.to_string_lossy().into_owned();
+        for pid in pids {
+            // Still this fleet's slot (its command line names the run dir), not a pid reused.
+            let ours = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(run_dir.as_str()));
+            if ours {
+                // SAFETY: as above.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
     }
 }
 
