@@ -182,11 +182,22 @@ impl<'a> PackedTable<'a> {
     /// past 32 bits is not (a slot's are not: `Segments` numbers them in 32 bits, records are at
     /// most [`PACKED_MAX`] and a head). Single writer.
     pub fn publish(&self, id: u128, record: RecordPlace) -> Publish {
+        self.put(id, record, false)
+    }
+
+    /// [`PackedTable::publish`] of a chunk the table does not hold: a new table filled from
+    /// distinct chunks (`SeqTable::claim_vacant`). Single writer.
+    pub fn publish_new(&self, id: u128, record: RecordPlace) -> Publish {
+        self.put(id, record, true)
+    }
+
+    fn put(&self, id: u128, record: RecordPlace, vacant: bool) -> Publish {
         if (record.segment | record.len) >> 32 != 0 {
             self.withdraw(id);
             return Publish::Full;
         }
-        let Some((place, how)) = self.table.claim(id, None) else { return Publish::Full };
+        let claimed = if vacant { self.table.claim_vacant(id, None) } else { self.table.claim(id, None) };
+        let Some((place, how)) = claimed else { return Publish::Full };
         self.table.write(place, id, |e| {
             e[SEGMENT_LEN].store(record.segment | record.len << 32, Ordering::Relaxed);
             e[OFFSET].store(record.offset, Ordering::Relaxed);

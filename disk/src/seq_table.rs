@@ -215,6 +215,21 @@ impl<'a> SeqTable<'a> {
         }
     }
 
+    /// [`SeqTable::claim`] for a key the table does not hold (a new table being filled from
+    /// distinct keys): the first free place, without looking at the places after it for the key's
+    /// own entry, which a claim must (a withdrawn entry leaves a free place before it). A table is
+    /// filled this way at every start and every growth: from the one place most keys need, not the
+    /// `probes` a claim reads (32 entries of 128 bytes in the metadata table: 4 KiB). Single writer.
+    pub fn claim_vacant(&self, key: u128, evict_by: Option<usize>) -> Option<(usize, Claim)> {
+        if key == 0 {
+            return None;
+        }
+        match self.places(key).find(|&place| self.key_at(place) == 0) {
+            Some(place) => Some((place, Claim::Free)),
+            None => self.claim(key, evict_by),
+        }
+    }
+
     /// Writes `key` and what `fields` stores (`Relaxed`) into the entry at `place`, under its
     /// sequence number. Single writer.
     pub fn write(&self, place: usize, key: u128, fields: impl FnOnce(&[AtomicU64])) {

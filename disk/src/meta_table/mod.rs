@@ -202,6 +202,16 @@ impl<'a> MetaTable<'a> {
     /// ETag of none of the forms an entry holds (`etag.rs`), or a verification time past 2527 (and
     /// an older entry of the URL is withdrawn). Single writer.
     pub fn publish(&self, key: u128, published: &Published) -> Publish {
+        self.put(key, published, false)
+    }
+
+    /// [`MetaTable::publish`] of a key the table does not hold: a new table filled from distinct
+    /// keys (`SeqTable::claim_vacant`). Single writer.
+    pub fn publish_new(&self, key: u128, published: &Published) -> Publish {
+        self.put(key, published, true)
+    }
+
+    fn put(&self, key: u128, published: &Published, vacant: bool) -> Publish {
         let packed = etag::pack(&published.etag, published.size);
         let (Some(packed), true, true) =
             (packed, published.verified_ms >> (64 - VERIFIED_SHIFT) == 0, key != 0)
@@ -211,7 +221,12 @@ impl<'a> MetaTable<'a> {
             }
             return Publish::Skipped;
         };
-        let Some((place, how)) = self.table.claim(key, Some(VERIFIED)) else {
+        let claimed = if vacant {
+            self.table.claim_vacant(key, Some(VERIFIED))
+        } else {
+            self.table.claim(key, Some(VERIFIED))
+        };
+        let Some((place, how)) = claimed else {
             return Publish::Skipped;
         };
         let verified = published.verified_ms << VERIFIED_SHIFT

@@ -35,7 +35,7 @@ impl PackedPublisher {
         let capacity = (records.len() * 2).next_power_of_two().clamp(FIRST_ENTRIES, MAX_ENTRIES);
         let mut publisher = PackedPublisher { file: PackedFile::create(&path, capacity)?, path, held: 0 };
         for (id, record) in records {
-            publisher.publish_once(id, record);
+            publisher.publish_once(id, record, true);
         }
         if let Some(older) = older {
             older.table().mark_superseded();
@@ -47,9 +47,11 @@ impl PackedPublisher {
         self.file.table().capacity()
     }
 
-    /// Publishes one entry; whether the table should grow.
-    fn publish_once(&mut self, id: u128, record: RecordPlace) -> bool {
-        let how = self.file.table().publish(id, record);
+    /// Publishes one entry (`new`: into a table being filled from distinct records, which does not
+    /// hold it); whether the table should grow.
+    fn publish_once(&mut self, id: u128, record: RecordPlace, new: bool) -> bool {
+        let table = self.file.table();
+        let how = if new { table.publish_new(id, record) } else { table.publish(id, record) };
         if how == Publish::Added {
             self.held += 1;
         }
@@ -59,7 +61,7 @@ impl PackedPublisher {
     /// Publishes where chunk `id`'s record is now (its bytes written); the table is made again at
     /// twice its size from `all` (every record's place, this one's included) when it should grow.
     pub fn publish(&mut self, id: u128, record: RecordPlace, all: impl FnOnce() -> Vec<(u128, RecordPlace)>) {
-        if self.publish_once(id, record) {
+        if self.publish_once(id, record, false) {
             if let Err(e) = self.grow(all()) {
                 tracing::warn!("packed table not grown (some packed chunks are read through the slot): {e}");
             }
@@ -71,7 +73,7 @@ impl PackedPublisher {
         let old = std::mem::replace(&mut self.file, file);
         self.held = 0;
         for (id, record) in records {
-            self.publish_once(id, record);
+            self.publish_once(id, record, true);
         }
         old.table().mark_superseded();
         tracing::debug!(to = self.capacity(), held = self.held, "packed table grown");

@@ -88,6 +88,18 @@ impl MetaCache {
         }
     }
 
+    /// Makes the table again from every fresh entry, at the size that holds them all (after a
+    /// load: one table filled once, not one entry at a time through every growth).
+    fn republish(&self, entries: &Entries) {
+        let mut table = self.table();
+        let Some(publisher) = table.as_mut() else { return };
+        let now = Instant::now();
+        let count = entries.iter().filter(|e| e.age(now) < self.ttl).count();
+        if let Err(e) = publisher.refill(count, self.fresh(entries)) {
+            tracing::warn!("the metadata table for local hits could not be made again: {e}");
+        }
+    }
+
     /// The TTL, as the published table states it.
     pub fn ttl(&self) -> Duration {
         self.ttl
@@ -200,7 +212,7 @@ impl MetaCache {
         }
         let entries: Vec<SnapshotEntry> = postcard::from_bytes(body).map_err(|e| invalid(&e.to_string()))?;
         let now_ms = unix_ms(SystemTime::now());
-        let (now, mut loaded) = (Instant::now(), 0);
+        let (now, mut loaded, mut fresh_loaded) = (Instant::now(), 0, 0);
         let mut cache = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
@@ -212,10 +224,11 @@ impl MetaCache {
                 continue;
             }
             cache.put(&e.url, &e.meta, at);
-            if fresh {
-                self.publish(&cache, &e.url, &e.meta, e.verified_ms);
-            }
+            fresh_loaded += usize::from(fresh);
             loaded += 1;
+        }
+        if fresh_loaded > 0 {
+            self.republish(&cache);
         }
         Ok(loaded)
     }
