@@ -185,8 +185,8 @@ pub(super) fn set_adopted(dir: &Path, slots: u32) -> io::Result<()> {
     write_numbers(dir, "adopted", &[slots])
 }
 
-/// The records of a segment read one after the other, each checked whole; with `cut`, the file is
-/// cut after the last good one.
+/// The records of a segment read one after the other, by their heads; with `cut`, the file is cut
+/// after the last whose head holds and that the file holds whole.
 fn read_records(file: &File, seq: u32, cut: bool) -> io::Result<Vec<IndexEntry>> {
     let len = file.metadata()?.len();
     let mut bytes = vec![0u8; usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?];
@@ -196,9 +196,13 @@ fn read_records(file: &File, seq: u32, cut: bool) -> io::Result<Vec<IndexEntry>>
     }
     let mut entries = Vec::new();
     let mut at = SEGMENT_HEADER as usize;
-    while let Ok((head, _)) = segment::check_record(&bytes[at..], None) {
+    // Records are walked by their heads (magic, bounds, head CRC); their data is checked when
+    // read, as a sealed segment's are: a damaged record in the middle is then caught, counted and
+    // refetched, and the records after it are kept. Only a head that does not hold, or a record
+    // past the end of the file, ends the walk: a torn append.
+    while let Ok(head) = segment::decode_head(&bytes[at..]) {
         if at as u64 + head.record_len() > len {
-            break; // its padding was never written: torn all the same
+            break; // its data or padding was never written: torn
         }
         let id = memarts_disk::chunk_file::ChunkKey::decode_identity(head.identity).map(|k| k.id().0);
         let Some(id) = id else { break };

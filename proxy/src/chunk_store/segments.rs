@@ -19,7 +19,9 @@
 //!   nothing (its chunks are all large) keeps nothing back. Readers that are reading from a segment meanwhile
 //!   keep their open file, whose bytes do not change.
 //! - At start, the slot's records are those its segments' indexes list (the unsealed segment's read
-//!   from its records, cut at the first that fails a check: a torn append) that the slot owns.
+//!   from its records' heads, cut at the first whose head fails its check or that the file does not
+//!   hold whole: a torn append; a record damaged in the middle is caught when read) that the slot
+//!   owns.
 //!   After a restart with another number of slots, each slot copies the records it now owns from
 //!   the segments the other slots wrote before ([`Segments::adopt`]); none compacts until all have.
 //!

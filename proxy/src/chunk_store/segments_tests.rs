@@ -404,3 +404,29 @@ fn the_room_kept_follows_what_is_packed_and_disk_stays_within_live_records_and_r
     }
     assert!(s.reserved() < full, "the room shrank with the records: {} then {full}", s.reserved());
 }
+
+#[test]
+fn a_record_damaged_in_the_unsealed_segment_is_caught_when_read_and_those_after_it_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    for i in 0..10 {
+        put(&s, i);
+    }
+    drop(s); // unsealed: no index beside it, a restart walks its records
+    let seg = &seg_files(dir.path())[0];
+    let bytes = std::fs::read(seg).unwrap();
+    let mut at = SEGMENT_HEADER as usize;
+    for _ in 0..3 {
+        let head = segment::decode_head(&bytes[at..]).unwrap();
+        at += segment::record_len(head.identity.len(), head.data_len as usize) as usize;
+    }
+    let head = segment::decode_head(&bytes[at..]).unwrap();
+    let file = std::fs::OpenOptions::new().write(true).open(seg).unwrap();
+    file.write_all_at(&[!bytes[at + head.data_offset() + 5]], (at + head.data_offset() + 5) as u64).unwrap();
+    let s = open(dir.path());
+    assert!(matches!(s.read(key(3).id().0, &key(3).identity_bytes()).unwrap(), Some(Err(_))), "caught");
+    assert_eq!(read(&s, 3), None, "and dropped");
+    for i in (0..10).filter(|&i| i != 3) {
+        assert_eq!(read(&s, i), Some(data(i)), "record {i} kept");
+    }
+}

@@ -1,6 +1,7 @@
 //! Damaged and foreign files in the cache dir. A warm fleet is stopped; chunk files get a flipped
 //! data byte, a flipped header byte, a truncation or a zero length, or are replaced by a symlink to
-//! another chunk, a directory or a named pipe; one slot's metadata snapshot is overwritten with
+//! another chunk, a directory or a named pipe; packed records (the chunks of at most 32 KiB, in
+//! segment files) get a flipped data byte; one slot's metadata snapshot is overwritten with
 //! garbage; foreign files appear in the chunk tree, the cache root and `v1/`. The fleet starts again
 //! and every object is read at two chunk sizes (one checked by the proxy, one by the shim). Then
 //! chunk files of the live fleet are damaged while 8 readers run.
@@ -54,10 +55,39 @@ fn garbage(rng: &mut StdRng, len: usize) -> Vec<u8> {
     (0..len).map(|_| rng.random()).collect()
 }
 
-fn chunks_expected(data: &Dataset) -> usize {
-    let per =
-        |cs: u64| data.objects.iter().map(|(_, d)| (d.len() as u64).div_ceil(cs) as usize).sum::<usize>();
-    per(SMALL) + per(LARGE)
+/// Chunks of at most this many bytes are packed (the default `MEMARTS_PACK_MAX`).
+const PACKED_MAX: u64 = 32 << 10;
+
+/// Chunks the dataset makes at both chunk sizes: (as files, packed).
+fn chunks_expected(data: &Dataset) -> (usize, usize) {
+    let lens = |cs: u64| {
+        data.objects.iter().flat_map(move |(_, d)| {
+            let len = d.len() as u64;
+            (0..len.div_ceil(cs)).map(move |i| (len - i * cs).min(cs))
+        })
+    };
+    let all: Vec<u64> = lens(SMALL).chain(lens(LARGE)).collect();
+    let packed = all.iter().filter(|&&l| l <= PACKED_MAX).count();
+    (all.len() - packed, packed)
+}
+
+/// Every packed record in the segment files under `segments`: (file, offset of its data, data
+/// length, chunk id).
+fn packed_records(segments: &Path) -> Vec<(PathBuf, u64, u64, u128)> {
+    use memarts_disk::segment::{decode_head, record_len, SEGMENT_HEADER};
+    let mut out = Vec::new();
+    for f in files_under(segments).into_iter().filter(|f| f.extension().is_some_and(|e| e == "seg")) {
+        let bytes = std::fs::read(&f).unwrap();
+        let mut at = SEGMENT_HEADER as usize;
+        while let Ok(head) = decode_head(&bytes[at.min(bytes.len())..]) {
+            let data = (at + head.data_offset()) as u64;
+            let id =
+                memarts_disk::chunk_file::ChunkKey::decode_identity(head.identity).map_or(0, |k| k.id().0);
+            out.push((f.clone(), data, u64::from(head.data_len), id));
+            at += record_len(head.identity.len(), head.data_len as usize) as usize;
+        }
+    }
+    out
 }
 
 pub fn run(scale: Scale) -> Row {
@@ -74,13 +104,32 @@ pub fn run(scale: Scale) -> Row {
     fleet.stop_proxy();
     let chunks_dir = fleet.cache_dir.join("v1/chunks");
     let files = files_under(&chunks_dir);
-    if files.len() != chunks_expected(&data) {
-        let expected = chunks_expected(&data);
-        row.violate(format!("{} chunk files after the warm-up, {expected} expected", files.len()));
+    let records = packed_records(&fleet.cache_dir.join("v1/segments"));
+    let (as_files, packed) = chunks_expected(&data);
+    if (files.len(), records.len()) != (as_files, packed) {
+        row.violate(format!(
+            "{} chunk files and {} packed records after the warm-up, {as_files} and {packed} expected",
+            files.len(),
+            records.len()
+        ));
     }
     let k = scale.pick(1, 4);
     let mut rng = StdRng::seed_from_u64(12);
-    let damage = damage_stopped(&fleet, files, k, &mut rng);
+    let mut damage = damage_stopped(&fleet, files, k, &mut rng);
+    // A flipped data byte in some packed records: each is caught by its data CRC.
+    let mut records = records;
+    records.shuffle(&mut rng);
+    let mut damaged_records = Vec::new();
+    for (f, data, len, id) in records.iter().filter(|r| r.2 > 0).take(3 * k) {
+        damaged_records.push(*id);
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(f).unwrap();
+        let at = data + rng.random_range(0..*len);
+        let mut byte = [0u8];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).unwrap();
+        byte[0] ^= 1 << rng.random_range(0..8);
+        std::os::unix::fs::FileExt::write_all_at(&file, &byte, at).unwrap();
+        damage.damaged += 1;
+    }
     row.injected = damage.damaged + damage.foreign.len() as u64;
 
     // Read everything again: every damaged chunk must be caught, counted and fetched again. An entry
@@ -93,6 +142,14 @@ pub fn run(scale: Scale) -> Row {
         read_all(c, &data, &again);
     }
     let corrupt = fleet.total("corrupt_chunks");
+    let dropped = log_lines(&fleet.run_dir, SLOTS, "dropping corrupt chunk");
+    let missed: Vec<String> = (damaged_records.iter())
+        .map(|id| format!("{id:032x}"))
+        .filter(|id| !dropped.iter().any(|l| l.contains(id.as_str())))
+        .collect();
+    if !missed.is_empty() {
+        row.violate(format!("damaged packed records never caught: {}", missed.join(", ")));
+    }
     let snapshots = log_lines(&fleet.run_dir, SLOTS, "metadata snapshot ignored").len() as u64;
     let uncounted = damage.damaged - (corrupt + snapshots).min(damage.damaged);
     if corrupt + snapshots > damage.damaged || uncounted > damage.replaced.len() as u64 {
