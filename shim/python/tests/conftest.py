@@ -11,6 +11,7 @@ The memarts binaries come from the workspace's target directory (``MEMARTS_BIN_D
 
 import os
 import socket
+import struct
 import shutil
 import subprocess
 import sys
@@ -139,9 +140,28 @@ def fleet(moto_endpoint):
             (no second GET, but not a hit either). The index counts a chunk once room is reserved
             for it, before its file is renamed into place: both are waited for."""
             chunks = os.path.join(env["MEMARTS_CACHE_DIR"], "v1", "chunks")
+            segments = os.path.join(env["MEMARTS_CACHE_DIR"], "v1", "segments")
+
+            def packed():
+                # Small chunks are records in segment files (`disk/src/segment.rs`): a 16-byte
+                # header, then records of a 24-byte head (magic b"MRC1", identity and data
+                # lengths, ...), the identity and the data, padded to 8 bytes.
+                n = 0
+                for root, _, files in os.walk(segments):
+                    for name in (f for f in files if f.endswith(".seg")):
+                        with open(os.path.join(root, name), "rb") as f:
+                            b = f.read()
+                        at = 16
+                        while b[at : at + 4] == b"MRC1" and at + 24 <= len(b):
+                            il, dl = struct.unpack_from("<II", b, at + 4)
+                            end = at + (24 + il + dl + 7) // 8 * 8
+                            if end > len(b):
+                                break
+                            n, at = n + 1, end
+                return n
 
             def on_disk():
-                return sum(len(files) for _, _, files in os.walk(chunks))
+                return sum(len(files) for _, _, files in os.walk(chunks)) + packed()
 
             deadline = time.time() + 20
             while memarts.stats()["cached_chunks"] < n or on_disk() < n:
