@@ -237,6 +237,15 @@ impl PackedFile {
         Ok(PackedFile { words })
     }
 
+    /// A new, empty table of `capacity` entries in anonymous memory: the slot's own, which no shim
+    /// reads (a slot that publishes none, as an embedded engine's).
+    pub fn private(capacity: usize) -> io::Result<PackedFile> {
+        let words = SharedWords::anonymous(table_len(capacity.max(1)), |w| {
+            PackedTable::init(w).map(drop).map_err(io::Error::other)
+        })?;
+        Ok(PackedFile { words })
+    }
+
     /// The table at `path` mapped for writing, for its slot only: the one a slot that starts again
     /// is about to replace, to mark it superseded once the new one is in place.
     pub fn open_writable(path: &Path) -> io::Result<PackedFile> {

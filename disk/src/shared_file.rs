@@ -42,6 +42,15 @@ impl SharedWords {
         made
     }
 
+    /// Words of `len` bytes in anonymous memory, set up by `init`: a table no other process maps
+    /// (one the slot keeps for itself until it publishes one).
+    pub fn anonymous(len: usize, init: impl FnOnce(&[AtomicU64]) -> io::Result<()>) -> io::Result<Self> {
+        let map = MmapRaw::from(MmapOptions::new().len(len.max(8)).map_anon()?);
+        let words = SharedWords { map, identity: (0, 0) };
+        init(words.words())?;
+        Ok(words)
+    }
+
     /// The file at `path`, mapped read-only (or for writing, for its slot only), once `check`
     /// accepted its words.
     pub fn open(path: &Path, writable: bool, check: impl FnOnce(&[AtomicU64]) -> bool) -> io::Result<Self> {
@@ -66,9 +75,9 @@ impl SharedWords {
     }
 
     /// Whether `path` still names the file this maps (false once a restarted slot replaced it, or
-    /// removed it).
+    /// removed it; always false for anonymous words).
     pub fn is_current(&self, path: &Path) -> bool {
-        std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == self.identity)
+        self.identity != (0, 0) && std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == self.identity)
     }
 }
 

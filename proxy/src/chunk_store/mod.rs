@@ -12,13 +12,13 @@
 //!   careful file operations (publish by rename, leftovers of dead writers) in `files.rs`, and
 //!   [`Scan`] (`scan.rs`) to walk what is on disk; chunks of up to [`PACK_MAX`] bytes packed into
 //!   segment files (`segments.rs`, their files in `segment_files.rs`, their compaction in
-//!   `segment_compaction.rs`, where their records lie published for shims in `packed_publisher.rs`)
+//!   `segment_compaction.rs`, where their records lie published for shims in `record_places.rs`)
 //!   once the slot opened them.
 
 mod files;
 mod io_engine;
-mod packed_publisher;
 mod pread;
+mod record_places;
 mod scan;
 mod segment_files;
 mod segments;

@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use memarts_disk::segment;
+use memarts_disk::segment::{self, IndexEntry};
 
 use super::{files, Loc, Segments, BLOCK};
 
@@ -62,16 +62,23 @@ impl Segments {
         let (file, entries) = {
             let st = self.state();
             let Some(seg) = st.segs.get(&seq) else { return Ok(()) };
-            let live: Vec<(u128, Loc)> =
-                st.locs.iter().filter(|(_, l)| l.seq == seq).map(|(&id, &l)| (id, l)).collect();
-            (Arc::clone(&seg.file), live)
+            (Arc::clone(&seg.file), files::records(&self.dir, seq, &seg.file)?)
         };
-        for (id, loc) in entries {
+        let at_seq = |e: &IndexEntry| Loc { seq, offset: e.offset, len: e.record_len };
+        let live: Vec<(u128, Loc)> = {
+            let st = self.state();
+            entries
+                .iter()
+                .filter(|e| st.locs.get(e.id) == Some(at_seq(e)))
+                .map(|e| (e.id, at_seq(e)))
+                .collect()
+        };
+        for (id, loc) in live {
             let mut bytes = vec![0u8; loc.len as usize];
             let good = file.read_exact_at(&mut bytes, u64::from(loc.offset)).is_ok()
                 && segment::check_record(&bytes, None).is_ok();
             let mut st = self.state();
-            if st.locs.get(&id) != Some(&loc) {
+            if st.locs.get(id) != Some(loc) {
                 continue; // dropped or replaced meanwhile
             }
             if !good {
@@ -86,9 +93,10 @@ impl Segments {
         }
         let mut st = self.state();
         // No shim may find a record of the segment once its file is gone.
-        let left: Vec<u128> = st.locs.iter().filter(|(_, l)| l.seq == seq).map(|(&id, _)| id).collect();
-        for id in left {
-            st.unplace(id);
+        for e in &entries {
+            if st.locs.get(e.id).is_some_and(|l| l.seq == seq) {
+                st.unplace(e.id);
+            }
         }
         st.segs.remove(&seq);
         st.counts.remove(&seq);

@@ -103,17 +103,16 @@ pub(super) fn load(dir: &Path, own: bool, below: u32) -> io::Result<Vec<(u32, Fi
     for seq in seqs {
         let path = segment_path(dir, seq);
         let loaded = open_segment(&path, false, own).and_then(|file| {
-            let entries =
-                match fs::read(index_path(dir, seq)).ok().and_then(|b| segment::decode_index(&b).ok()) {
-                    Some(entries) => entries,
-                    None => {
-                        let entries = read_records(&file, seq, own)?;
-                        if own {
-                            write_index(dir, seq, &entries)?;
-                        }
-                        entries
+            let entries = match read_index(dir, seq) {
+                Some(entries) => entries,
+                None => {
+                    let entries = read_records(&file, seq, own)?;
+                    if own {
+                        write_index(dir, seq, &entries)?;
                     }
-                };
+                    entries
+                }
+            };
             // Never appended to again (a new process starts a segment of its own): read-only.
             let file = if own { open_segment(&path, false, false)? } else { file };
             Ok((file, entries))
@@ -129,6 +128,20 @@ pub(super) fn load(dir: &Path, own: bool, below: u32) -> io::Result<Vec<(u32, Fi
         }
     }
     Ok(out)
+}
+
+/// The records of the segment `seq` (its `file`), live or dead: from its index, else read from its
+/// records up to the first that fails a check.
+pub(super) fn records(dir: &Path, seq: u32, file: &File) -> io::Result<Vec<IndexEntry>> {
+    match read_index(dir, seq) {
+        Some(entries) => Ok(entries),
+        None => read_records(file, seq, false),
+    }
+}
+
+/// The index of segment `seq`, if it is whole.
+fn read_index(dir: &Path, seq: u32) -> Option<Vec<IndexEntry>> {
+    segment::decode_index(&fs::read(index_path(dir, seq)).ok()?).ok()
 }
 
 /// The first segment written by the slot as one of a fleet of how many slots (`since`), and whether

@@ -5,7 +5,7 @@
 //!
 //! - A fill appends the chunk's record to the slot's active segment (one `pwrite`); once the
 //!   segment is full, its index is written beside it (it is sealed) and a new one begins. Where
-//!   each record lies is kept in memory.
+//!   each record lies is kept in the table shims read (`record_places.rs`).
 //! - A read is one `pread` of the whole record, checked (head CRC, identity, data CRC): anything
 //!   else than the chunk asked for is a miss, and the record is dropped.
 //! - An evicted or dropped record is dead: its bytes stay in their segment until the segment is
@@ -25,7 +25,7 @@
 //!   After a restart with another number of slots, each slot copies the records it now owns from
 //!   the segments the other slots wrote before ([`Segments::adopt`]); none compacts until all have.
 //!
-//! - Where each record is, is published for the shims of the fleet's uid (`packed_publisher.rs`,
+//! - Where each record is, is published for the shims of the fleet's uid (`record_places.rs`,
 //!   once [`Segments::publish_at`] set it up): an entry once the record is written, moved with it
 //!   by a compaction (`segment_compaction.rs`) before its old segment goes, withdrawn when it is
 //!   dropped and before its segment file is unlinked.
@@ -42,10 +42,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use memarts_disk::packed_table::RecordPlace;
 use memarts_disk::segment::{self, IndexEntry, INDEX_ENTRY, SEGMENT_HEADER};
 
-use super::packed_publisher::PackedPublisher;
+use super::record_places::{Loc, RecordPlaces};
 use super::segment_files as files;
 
 /// The most a slot may be told to pack (`pack_max`): packed chunks are sent inline, never passed
@@ -66,20 +65,6 @@ const DEAD_SEGMENTS: u64 = 2;
 
 /// The file system's allocation unit, in which files take room.
 const BLOCK: u64 = 4096;
-
-/// Where a record is. `len`: its record's bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Loc {
-    seq: u32,
-    offset: u32,
-    len: u32,
-}
-
-impl Loc {
-    fn record(self) -> RecordPlace {
-        RecordPlace { segment: u64::from(self.seq), offset: u64::from(self.offset), len: u64::from(self.len) }
-    }
-}
 
 /// Bytes a record of `len` takes on disk, its index entry included.
 fn taken(len: u32) -> u64 {
@@ -105,15 +90,14 @@ impl Seg {
 }
 
 struct State {
-    locs: HashMap<u128, Loc>,
+    /// Where each record is (`record_places.rs`).
+    locs: RecordPlaces,
     segs: BTreeMap<u32, Seg>,
     /// Records per segment, dead or alive (for its size).
     counts: HashMap<u32, u64>,
     active: Option<u32>,
     next_seq: u32,
     segment_bytes: u64,
-    /// Where the records are, published for shims (`packed_publisher.rs`), once set up.
-    published: Option<PackedPublisher>,
     /// Bytes of every segment's live records.
     live: u64,
     /// [`State::reserve`], kept current for the chunk index ([`Segments::reserve_gauge`]).
@@ -172,18 +156,11 @@ impl State {
         if let Some(old) = self.locs.insert(id, loc) {
             self.kill(old);
         }
-        if let Some(published) = self.published.as_mut() {
-            let locs = &self.locs;
-            published.publish(id, loc.record(), || locs.iter().map(|(&id, l)| (id, l.record())).collect());
-        }
     }
 
     /// Drops chunk `id`'s record (dead from now on), its entry withdrawn first; where it was.
     fn unplace(&mut self, id: u128) -> Option<Loc> {
-        if let Some(published) = self.published.as_mut() {
-            published.withdraw(id);
-        }
-        let loc = self.locs.remove(&id)?;
+        let loc = self.locs.remove(id)?;
         self.kill(loc);
         Some(loc)
     }
@@ -222,18 +199,19 @@ impl Segments {
     ) -> io::Result<Option<Segments>> {
         let dir = files::slot_dir(segments, slot)?;
         let Some(lock) = files::lock(&dir)? else { return Ok(None) };
+        let loaded = files::load(&dir, true, u32::MAX)?;
+        let records = loaded.iter().map(|(_, _, entries)| entries.len()).sum();
         let mut state = State {
-            locs: HashMap::new(),
+            locs: RecordPlaces::new(records)?,
             segs: BTreeMap::new(),
             counts: HashMap::new(),
             active: None,
             next_seq: 0,
             segment_bytes: MAX_SEGMENT,
-            published: None,
             live: 0,
             reserve: Arc::new(AtomicU64::new(0)),
         };
-        for (seq, file, entries) in files::load(&dir, true, u32::MAX)? {
+        for (seq, file, entries) in loaded {
             let end = file.metadata()?.len();
             state.segs.insert(seq, Seg { file: Arc::new(file), end, live: 0, appended: None });
             state.counts.insert(seq, entries.len() as u64);
@@ -286,7 +264,7 @@ impl Segments {
                         continue;
                     }
                     let mut st = self.state();
-                    if !st.locs.contains_key(&e.id) {
+                    if !st.locs.contains(e.id) {
                         self.append(&mut st, e.id, &bytes, false)?;
                         taken += 1;
                     }
@@ -326,7 +304,7 @@ impl Segments {
     }
 
     pub fn contains(&self, id: u128) -> bool {
-        self.state().locs.contains_key(&id)
+        self.state().locs.contains(id)
     }
 
     /// Bytes of the slot's share the index leaves to the segments beyond their live records, now
@@ -430,7 +408,7 @@ impl Segments {
         let appended = st.segs.get_mut(&seq).and_then(|s| s.appended.take()).unwrap_or_default();
         let live: Vec<IndexEntry> = appended
             .into_iter()
-            .filter(|e| st.locs.get(&e.id) == Some(&Loc { seq, offset: e.offset, len: e.record_len }))
+            .filter(|e| st.locs.get(e.id) == Some(Loc { seq, offset: e.offset, len: e.record_len }))
             .collect();
         if let Err(e) = files::write_index(&self.dir, seq, &live) {
             // A restart reads the segment's records instead.
@@ -466,13 +444,13 @@ impl Segments {
 
     fn find(&self, id: u128) -> Option<(Arc<File>, Loc)> {
         let st = self.state();
-        let loc = *st.locs.get(&id)?;
+        let loc = st.locs.get(id)?;
         Some((Arc::clone(&st.segs.get(&loc.seq)?.file), loc))
     }
 
     fn remove_at(&self, id: u128, loc: Loc) {
         let mut st = self.state();
-        if st.locs.get(&id) == Some(&loc) {
+        if st.locs.get(id) == Some(loc) {
             st.unplace(id);
         }
     }
@@ -483,13 +461,10 @@ impl Segments {
         self.state().unplace(id).is_some()
     }
 
-    /// Publishes where every record is in a new table at `path` (`packed_publisher.rs`), kept in
+    /// Publishes where every record is in a new table at `path` (`record_places.rs`), kept in
     /// step from now on, for shims to read packed chunks with no round trip. Blocking.
     pub fn publish_at(&self, path: PathBuf) -> io::Result<()> {
-        let mut st = self.state();
-        let records = st.locs.iter().map(|(&id, l)| (id, l.record())).collect();
-        st.published = Some(PackedPublisher::create(path, records)?);
-        Ok(())
+        self.state().locs.publish_at(path)
     }
 
     /// Every packed chunk: its id, the bytes it takes and when its segment was last written.
@@ -502,7 +477,8 @@ impl Segments {
                 (seq, s.file.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH))
             })
             .collect();
-        st.locs.iter().map(|(&id, l)| (id, taken(l.len), written[&l.seq])).collect()
+        let all = st.locs.all().into_iter();
+        all.filter_map(|(id, l)| Some((id, taken(l.len), *written.get(&l.seq)?))).collect()
     }
 }
 

@@ -28,7 +28,7 @@ impl DiskChunks {
     }
 
     /// Publishes where the slot's packed chunks are, in a table at `path` kept in step with them
-    /// (`chunk_store/packed_publisher.rs`), so that shims read them too with no round trip; false
+    /// (`chunk_store/record_places.rs`), so that shims read them too with no round trip; false
     /// when the slot packs nothing (it could not open its segments).
     pub fn publish_packed(&self, path: std::path::PathBuf) -> std::io::Result<bool> {
         self.store.publish_packed(path)
