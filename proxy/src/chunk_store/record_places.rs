@@ -66,13 +66,16 @@ pub(super) struct RecordPlaces {
     held: usize,
     /// Records the table had no place for.
     overflow: HashMap<u128, Loc>,
+    /// After a table could not be made (a full run directory), none is tried again until the
+    /// records are this many: not once per record.
+    retry_at: usize,
 }
 
 impl RecordPlaces {
     /// An empty index in anonymous memory, with room for about `records`.
     pub fn new(records: usize) -> io::Result<RecordPlaces> {
         let file = PackedFile::private(capacity_for(records))?;
-        Ok(RecordPlaces { path: None, file, held: 0, overflow: HashMap::new() })
+        Ok(RecordPlaces { path: None, file, held: 0, overflow: HashMap::new(), retry_at: 0 })
     }
 
     fn capacity(&self) -> usize {
@@ -109,7 +112,7 @@ impl RecordPlaces {
         if self.overflow.remove(&id).is_some() || !self.put(id, loc) {
             self.overflow.insert(id, loc);
         }
-        if self.held * 2 > self.capacity() && self.capacity() < MAX_ENTRIES {
+        if self.held * 2 > self.capacity() && self.can_grow() {
             self.remake(self.capacity() * 2, self.path.clone());
         }
         old
@@ -120,12 +123,16 @@ impl RecordPlaces {
         match self.file.table().publish(id, loc.record()) {
             Publish::Added => self.held += 1,
             Publish::Updated => {}
-            Publish::Full if self.capacity() < MAX_ENTRIES => {
+            Publish::Full if self.can_grow() => {
                 return self.remake(self.capacity() * 2, self.path.clone()) && self.put(id, loc);
             }
             Publish::Full => return false,
         }
         true
+    }
+
+    fn can_grow(&self) -> bool {
+        self.capacity() < MAX_ENTRIES && self.len() >= self.retry_at
     }
 
     /// Drops chunk `id`'s entry (its record dropped, or its segment about to go); where it was.
@@ -169,6 +176,7 @@ impl RecordPlaces {
                 tracing::warn!(
                     "packed table not made again (some packed chunks are read through the slot): {e}"
                 );
+                self.retry_at = self.len() + self.capacity() / 4;
                 return false;
             }
         };
