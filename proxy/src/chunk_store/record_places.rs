@@ -261,6 +261,28 @@ mod tests {
     }
 
     #[test]
+    fn a_table_that_cannot_grow_loses_no_place_and_is_not_retried_per_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        let mut places = RecordPlaces::new(0).unwrap();
+        places.publish_at(run.join("packed-0.table")).unwrap();
+        std::fs::remove_dir_all(&run).unwrap(); // no table can be made there any more
+        let n = 10_000u32;
+        for i in 1..=n {
+            places.insert(u128::from(i) << 64 | 3, loc(i));
+        }
+        assert_eq!(places.capacity(), FIRST_ENTRIES, "no table was made");
+        assert!(!places.overflow.is_empty());
+        assert!(places.retry_at > places.len() - FIRST_ENTRIES, "retried until {}", places.retry_at);
+        for i in 1..=n {
+            assert_eq!(places.get(u128::from(i) << 64 | 3), Some(loc(i)), "chunk {i}");
+        }
+        assert_eq!(places.len(), n as usize);
+        assert_eq!(places.all().len(), n as usize);
+    }
+
+    #[test]
     fn a_place_no_record_could_have_is_no_place() {
         let places = RecordPlaces::new(0).unwrap();
         let id = 9 << 64 | 9;
