@@ -81,17 +81,37 @@ impl DiskChunks {
 
     /// Tier `Disk` (`miss.rs`): a flight that ended between the caller's cache lookup and this
     /// one may have just written the chunk: the chunk `key` read whole from disk and verified, if
-    /// it is there (never in pass-through).
+    /// it is there (never in pass-through). A prefetch's staging starts here, with no lookup
+    /// before: a chunk found corrupt is dropped and counted as a lookup's is, never passed over.
     pub(super) async fn read_whole(&self, key: &ChunkKey) -> Option<Fetched> {
         if self.passthrough {
             return None;
         }
-        if let Ok(Some(packed)) = self.store.read_packed(key).await {
-            return Some(Fetched { crc32c: packed.crc32c, data: Bytes::from(packed.data) });
+        let id = key.id().0;
+        match self.store.read_packed(key).await {
+            Ok(Some(packed)) => {
+                return Some(Fetched { crc32c: packed.crc32c, data: Bytes::from(packed.data) })
+            }
+            Ok(None) => {}
+            Err(e) => {
+                self.lookup_failed(id, e).await;
+                return None;
+            }
         }
-        let chunk = self.store.get(key).await.ok()??;
-        let data = self.store.read_verified(&chunk).await.ok()?;
-        Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) })
+        let chunk = match self.store.get(key).await {
+            Ok(chunk) => chunk?,
+            Err(e) => {
+                self.lookup_failed(id, e).await;
+                return None;
+            }
+        };
+        match self.store.read_verified(&chunk).await {
+            Ok(data) => Some(Fetched { crc32c: chunk.crc32c, data: Bytes::from(data) }),
+            Err(e) => {
+                self.drop_corrupt(id, &e.to_string()).await;
+                None
+            }
+        }
     }
 
     pub(super) async fn hit(&self, key: &ChunkKey, id: u128, by: ReadBy) -> Option<ChunkOutcome> {
