@@ -159,15 +159,7 @@ impl<'a> PackedTable<'a> {
 
     /// The entry of chunk `id`, if its slot published one (read consistently: never a torn one).
     pub fn lookup(&self, id: u128) -> Option<PackedEntry> {
-        let read = |e: &[AtomicU64]| {
-            let segment_len = e[SEGMENT_LEN].load(Ordering::Relaxed);
-            RecordPlace {
-                segment: segment_len & 0xffff_ffff,
-                offset: e[OFFSET].load(Ordering::Relaxed),
-                len: segment_len >> 32,
-            }
-        };
-        let found = self.table.find(id, read, |r| (r.len > 0).then_some(r))?;
+        let found = self.table.find(id, read_place, held)?;
         Some(PackedEntry { record: found.fields, place: found.place, seq: found.seq })
     }
 
@@ -216,10 +208,22 @@ impl<'a> PackedTable<'a> {
 
     /// Every chunk published now and where (a scan of the whole table: for tests and tools).
     pub fn entries(&self) -> Vec<(u128, RecordPlace)> {
-        let ids: Vec<u128> =
-            (0..self.capacity()).map(|place| self.table.key_at(place)).filter(|&id| id != 0).collect();
-        ids.into_iter().filter_map(|id| self.lookup(id).map(|e| (id, e.record))).collect()
+        self.table.entries(read_place, held)
     }
+}
+
+fn read_place(e: &[AtomicU64]) -> RecordPlace {
+    let segment_len = e[SEGMENT_LEN].load(Ordering::Relaxed);
+    RecordPlace {
+        segment: segment_len & 0xffff_ffff,
+        offset: e[OFFSET].load(Ordering::Relaxed),
+        len: segment_len >> 32,
+    }
+}
+
+/// A place that names a record (an entry of length 0 names none).
+fn held(record: RecordPlace) -> Option<RecordPlace> {
+    (record.len > 0).then_some(record)
 }
 
 /// A packed table in its file (`crate::shared_file`).
@@ -233,6 +237,23 @@ impl PackedFile {
     pub fn create(path: &Path, capacity: usize) -> io::Result<PackedFile> {
         let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {
             PackedTable::init(w).map(drop).map_err(io::Error::other)
+        })?;
+        Ok(PackedFile { words })
+    }
+
+    /// A new table at `path` (0600, replacing any older one) holding what `table` holds now, word
+    /// for word: publishing a slot's own table at its size without placing each entry again. Pages
+    /// of `table` never written are not written (the file stays sparse). Single writer of `table`.
+    pub fn create_copy(path: &Path, table: &PackedFile) -> io::Result<PackedFile> {
+        let from = table.words.words();
+        let words = SharedWords::create(path, from.len() * 8, |to| {
+            for (to, from) in to.iter().zip(from) {
+                let word = from.load(Ordering::Relaxed);
+                if word != 0 {
+                    to.store(word, Ordering::Relaxed);
+                }
+            }
+            PackedTable::open(to).map(drop).map_err(io::Error::other)
         })?;
         Ok(PackedFile { words })
     }

@@ -186,13 +186,7 @@ impl<'a> ResidentTable<'a> {
 
     /// The resident entry of chunk `id`, if its slot holds one (alive or not: see [`ResidentTable::held`]).
     pub fn lookup(&self, id: u128) -> Option<ResidentEntry> {
-        let read = |e: &[AtomicU64]| Stamp {
-            ino: e[INO].load(Ordering::Relaxed),
-            size: e[SIZE].load(Ordering::Relaxed),
-            mtime_ns: e[MTIME].load(Ordering::Relaxed) as i64,
-            ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
-        };
-        let found = self.table.find(id, read, Some)?;
+        let found = self.table.find(id, read_stamp, Some)?;
         Some(ResidentEntry { stamp: found.fields, place: found.place, seq: found.seq })
     }
 
@@ -205,9 +199,7 @@ impl<'a> ResidentTable<'a> {
 
     /// Every chunk resident now and its file's stamp (a scan of the whole table: for tests and tools).
     pub fn entries(&self) -> Vec<(u128, Stamp)> {
-        let ids: Vec<u128> =
-            (0..self.capacity()).map(|place| self.table.key_at(place)).filter(|&id| id != 0).collect();
-        ids.into_iter().filter_map(|id| self.lookup(id).map(|entry| (id, entry.stamp))).collect()
+        self.table.entries(read_stamp, Some)
     }
 
     /// Notes chunk `id` as resident, its file as `stamp` says, with no reads noted yet; returns the
@@ -381,6 +373,15 @@ mod owner_lock {
 
     pub fn hold(_: Arc<SharedWords>, _: usize) -> io::Result<OwnerLock> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "resident chunks need glibc's robust mutexes"))
+    }
+}
+
+fn read_stamp(e: &[AtomicU64]) -> Stamp {
+    Stamp {
+        ino: e[INO].load(Ordering::Relaxed),
+        size: e[SIZE].load(Ordering::Relaxed),
+        mtime_ns: e[MTIME].load(Ordering::Relaxed) as i64,
+        ctime_ns: e[CTIME].load(Ordering::Relaxed) as i64,
     }
 }
 

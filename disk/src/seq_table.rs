@@ -179,6 +179,22 @@ impl<'a> SeqTable<'a> {
         None
     }
 
+    /// Every entry held now, each read once, consistently, by `read` (which must only load,
+    /// `Relaxed`) and made sense of by `decode` (as [`SeqTable::find`]'s): one pass over the
+    /// table, not a probe per key. An entry a writer kept changing is left out.
+    pub fn entries<R, T>(
+        &self,
+        read: impl Fn(&[AtomicU64]) -> R,
+        decode: impl Fn(R) -> Option<T>,
+    ) -> Vec<(u128, T)> {
+        (0..self.capacity)
+            .filter_map(|place| match seqlock::read(self.entry(place), |e| (key_of(e), read(e)))? {
+                seqlock::Read::Holds((key, raw), _) if key != 0 => Some((key, decode(raw)?)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether the entry at `place` is as it was read at sequence number `seq` (no write since).
     pub fn unchanged(&self, place: usize, seq: u64) -> bool {
         seqlock::unchanged(self.entry(place), seq)

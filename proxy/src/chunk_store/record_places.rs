@@ -152,7 +152,11 @@ impl RecordPlaces {
     pub fn publish_at(&mut self, path: PathBuf) -> io::Result<()> {
         let older = PackedFile::open_writable(&path).ok();
         let capacity = capacity_for(self.len());
-        if !self.remake(capacity, Some(path)) {
+        if self.path.is_none() && capacity == self.capacity() && self.overflow.is_empty() {
+            // The slot's own table, made at its size at start: published as it is.
+            self.file = PackedFile::create_copy(&path, &self.file)?;
+            self.path = Some(path);
+        } else if !self.remake(capacity, Some(path)) {
             return Err(io::Error::other("the packed table could not be made"));
         }
         if let Some(older) = older {
