@@ -167,7 +167,8 @@ pub fn conn_settings(cfg: &FleetConfig, slot: u32) -> ConnSettings {
     }
 }
 
-/// Serves a built engine on `listener` until `shutdown`; starts the background index rebuild first.
+/// Serves a built engine on `listener` until `shutdown`; starts the background index rebuild (which
+/// loads the last run's metadata) first.
 pub async fn serve(
     cfg: &FleetConfig,
     slot: u32,
@@ -175,7 +176,6 @@ pub async fn serve(
     listener: tokio::net::UnixListener,
     shutdown: CancellationToken,
 ) {
-    engine.metadata().load_meta_snapshot();
     engine.metadata().start_refresher();
     engine.start_rebuild();
     let drain = Duration::from_secs_f64(cfg.drain_timeout_secs);

@@ -2,9 +2,8 @@
 //! chunks it owns (by rendezvous hash over the fleet's slots) and their sizes and access times, then
 //! applies its share of the capacity and evicts what does not fit. The slot serves meanwhile: a chunk
 //! file is found by its name, the index only orders eviction. Its chunks still in the two-level
-//! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`), and after a
-//! restart with another number of slots, the metadata this slot now serves is taken from the
-//! previous fleet's snapshots before the scan (`metadata/snapshots.rs`).
+//! layout of older caches are moved to their place first (`ChunkStore::adopt_legacy`). The metadata
+//! the last fleet saved is taken in meanwhile (`metadata/snapshots.rs`).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,8 +21,11 @@ impl Engine {
             let store = this.disk.store.clone();
             let (slot, slots) = (this.info.slot, this.info.slots);
             let metadata = this.metadata.clone();
+            // The last fleet's metadata is loaded while the chunks are scanned (both read the disk
+            // and decode; neither needs the other), on threads of their own: the slot serves
+            // meanwhile.
+            let snapshot = tokio::task::spawn_blocking(move || metadata.restore_snapshots());
             let scanned = tokio::task::spawn_blocking(move || {
-                metadata.restore_meta_of_another_size();
                 let mut owned = Vec::new();
                 let mut total = 0u64;
                 for c in store.scan() {
@@ -48,6 +50,7 @@ impl Engine {
                 (owned, total)
             })
             .await;
+            let _ = snapshot.await;
             let Ok((owned, total)) = scanned else {
                 tracing::error!("index rebuild failed; eviction stays off");
                 return;

@@ -36,7 +36,7 @@ mod snapshots;
 mod url_lru;
 mod verified_clock;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use memarts_protocol::{ErrorCode, ObjectMeta, ObjectUrl, WireError};
@@ -91,6 +91,8 @@ pub struct Metadata {
     /// The chunks on the slot's disk, asked what they hold.
     chunks: Arc<dyn ChunkPresence>,
     pub counters: Counters,
+    /// Whether the last fleet's snapshots were taken in (`snapshots.rs`).
+    restored: AtomicBool,
 }
 
 impl Metadata {
@@ -114,6 +116,7 @@ impl Metadata {
             cluster,
             chunks,
             counters: Counters::default(),
+            restored: AtomicBool::new(false),
         }
     }
 

@@ -41,13 +41,13 @@ impl Metadata {
         }
         let metadata = Arc::downgrade(self);
         let period = (self.cache.ttl() / 4).max(Duration::from_millis(250));
-        // What the snapshot brought back, taken before the slot serves: metadata its first reads
-        // put is current already (and a listing of it later may show a newer version early).
-        let loaded = self.cache.urls();
         tokio::spawn(async move {
             loop {
                 let Some(metadata) = metadata.upgrade() else { return };
                 if metadata.index_ready() {
+                    // What the snapshot brought back (taken in before the index is ready), with
+                    // what the first reads put meanwhile: their directories are read too.
+                    let loaded = metadata.cache.urls();
                     metadata.ask_about_loaded(loaded).await;
                     break;
                 }

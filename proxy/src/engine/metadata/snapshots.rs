@@ -3,6 +3,7 @@
 //! what it now serves from the previous fleet's snapshots).
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 
 use memarts_protocol::{chunk_owner, meta_owner_slot, ObjectUrl, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE};
 
@@ -31,14 +32,23 @@ impl Metadata {
             .map(|(_, slots)| slots)
     }
 
-    /// Loads what the previous process of this slot saved when it stopped (see
-    /// [`super::MetaCache::save`]), if the fleet that stopped last had this size. After a fleet of
-    /// another size, the index rebuild sorts out its slots' snapshots instead
-    /// (`restore_meta_of_another_size`).
-    pub fn load_meta_snapshot(&self) {
-        if self.info.passthrough || self.previous_fleet_size() != Some(self.info.slots) {
-            return;
+    /// Takes the metadata the fleet that stopped last saved: this slot's own snapshot if that fleet
+    /// had this size, else what this slot now serves of its slots' snapshots. Blocking: the index
+    /// rebuild runs it, before `index_ready`. Until it is done, a stop saves no snapshot (the last
+    /// fleet's stay as they are: saving a cache that has not taken them in would lose them).
+    pub(crate) fn restore_snapshots(&self) {
+        match self.previous_fleet_size() {
+            _ if self.info.passthrough => {}
+            Some(n) if n == self.info.slots => self.load_meta_snapshot(),
+            Some(old) => self.restore_meta_of_another_size(old),
+            None => {}
         }
+        self.restored.store(true, Ordering::Release);
+    }
+
+    /// Loads what the previous process of this slot saved when it stopped (see
+    /// [`super::MetaCache::save`]).
+    fn load_meta_snapshot(&self) {
         let path = self.meta_snapshot_path();
         match self.cache.load(&path) {
             Ok(n) => tracing::info!(entries = n, "metadata restored from {}", path.display()),
@@ -47,15 +57,10 @@ impl Metadata {
         }
     }
 
-    /// After a fleet of another size stopped cleanly: loads, from its slots' snapshots, the
+    /// After a fleet of `old` slots stopped cleanly: loads, from its slots' snapshots, the
     /// metadata of the objects this slot serves now, so that a fleet restarted with another N does
-    /// not ask the origin again for every object's metadata. Blocking (a few hashes per entry):
-    /// the index rebuild runs it, before `index_ready`.
-    pub(crate) fn restore_meta_of_another_size(&self) {
-        let Some(old) = self.previous_fleet_size().filter(|&n| n != self.info.slots) else { return };
-        if self.info.passthrough {
-            return;
-        }
+    /// not ask the origin again for every object's metadata (a few hashes per entry).
+    fn restore_meta_of_another_size(&self, old: u32) {
         let mut restored = 0;
         for k in 0..old {
             let path = self.meta_snapshot_path_of(k, old);
@@ -88,7 +93,7 @@ impl Metadata {
 
     /// Saves the fresh metadata for the next process of this slot; called after draining.
     pub fn save_meta_snapshot(&self) {
-        if self.info.passthrough {
+        if self.info.passthrough || !self.restored.load(Ordering::Acquire) {
             return;
         }
         let path = self.meta_snapshot_path();
