@@ -7,9 +7,12 @@
 //! by one (`a/z` before `a-b`, as `a` < `a-b`), and a page resumes by descending straight to where
 //! the last one stopped, reading only the directories on that path and after it.
 //!
-//! A directory's sorted names are kept for the pages that follow (a minute, [`KEEP`]; at most
-//! [`MAX_NAMES`] names in all), so that a directory of a million files is read once per listing,
-//! not once per page; a listing that starts afresh reads every directory afresh. Symlinks are
+//! A directory's sorted names are kept for the pages that follow while a listing is inside it (a
+//! minute at most, [`KEEP`]; at most [`MAX_NAMES`] names in all), so that a directory of a million
+//! files is read once per listing, not once per page; a listing that starts afresh reads every
+//! directory afresh. The names of a directory a page walked to its end are let go: no later page
+//! of that listing comes back to it (a listing of a million files held them all until it was over,
+//! ~45 bytes a file, and for a minute after). Symlinks are
 //! followed, as the reads follow them, and a directory met again below itself (a symlink loop) is
 //! skipped. Names that are not UTF-8 cannot be named by a URL and are left out.
 
@@ -83,14 +86,34 @@ impl LocalListings {
             max,
             out: Vec::new(),
             above: HashSet::new(),
+            walked: Vec::new(),
         };
-        match walk.visit(root, resume.as_deref(), 0) {
+        let visited = walk.visit(root, resume.as_deref(), 0);
+        self.let_go(&walk.walked);
+        match visited {
             Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::NotADirectory) => {
                 Ok(Vec::new())
             }
             Err(e) => Err(e),
             Ok(()) => Ok(walk.out),
         }
+    }
+
+    /// Lets go of the names of `walked` (directories a page went through to their end).
+    fn let_go(&self, walked: &[PathBuf]) {
+        let mut dirs = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        let (cache, total) = &mut *dirs;
+        for dir in walked {
+            if let Some(old) = cache.pop(dir) {
+                *total -= old.names.len();
+            }
+        }
+    }
+
+    /// Names held now, over every directory.
+    #[cfg(test)]
+    fn held(&self) -> usize {
+        self.dirs.lock().unwrap().1
     }
 
     /// The sorted names of `dir`: kept ones unless `fresh`, else read (and kept).
@@ -108,7 +131,8 @@ impl LocalListings {
             *total -= old.names.len();
         }
         *total += names.len();
-        while *total > MAX_NAMES {
+        // Over the bound, or no longer of use (a listing given up part way).
+        while *total > MAX_NAMES || cache.peek_lru().is_some_and(|(_, l)| l.at.elapsed() >= KEEP) {
             match cache.pop_lru() {
                 Some((_, old)) => *total -= old.names.len(),
                 None => break,
@@ -127,6 +151,8 @@ struct Walk<'a> {
     out: Vec<Found>,
     /// (device, inode) of the directories the walk is inside.
     above: HashSet<(u64, u64)>,
+    /// The directories the walk went through to their end.
+    walked: Vec<PathBuf>,
 }
 
 impl Walk<'_> {
@@ -166,6 +192,9 @@ impl Walk<'_> {
                 _ if resumes_here => {}
                 (is_dir, _) => self.out.push(Found { path, is_dir }),
             }
+        }
+        if self.out.len() < self.max {
+            self.walked.push(dir.to_path_buf());
         }
         self.above.remove(&(meta.dev(), meta.ino()));
         Ok(())

@@ -82,23 +82,60 @@ fn a_flat_directory_is_read_once_per_listing_and_afresh_by_the_next() {
     }
     let listings = LocalListings::default();
     let first = listings.page(dir.path(), true, None, 1000).unwrap();
+    assert_eq!(listings.held(), 2500, "the names are kept for the next pages");
     // A file created after the first page of a listing is not in its later pages (they come from
     // the names read for the first) ...
     std::fs::write(dir.path().join("f99999"), b"").unwrap();
     let rest = all_pages_after(&listings, dir.path(), first.last().unwrap().path.clone());
     assert_eq!(first.len() + rest.len(), 2500);
+    // ... which let go of them once they reached the directory's end ...
+    assert_eq!(listings.held(), 0, "names held after the listing ended");
     // ... and a listing that starts again sees it.
     assert_eq!(all_pages(&listings, dir.path(), true, 1000).len(), 2501);
+    assert_eq!(listings.held(), 0);
 }
 
+/// The pages after `after`, until one comes back short.
 fn all_pages_after(l: &LocalListings, root: &Path, mut after: PathBuf) -> Vec<Found> {
     let mut out = Vec::new();
     loop {
         let got = l.page(root, true, Some(&after), 1000).unwrap();
-        let Some(last) = got.last() else { return out };
-        after = last.path.clone();
+        let done = got.len() < 1000;
+        if let Some(last) = got.last() {
+            after = last.path.clone();
+        }
         out.extend(got);
+        if done {
+            return out;
+        }
     }
+}
+
+#[test]
+fn a_tree_listed_page_by_page_holds_the_names_of_the_directories_it_is_in_only() {
+    let dir = tempfile::tempdir().unwrap();
+    for d in 0..20 {
+        let sub = dir.path().join(format!("d{d:02}"));
+        std::fs::create_dir(&sub).unwrap();
+        for i in 0..100 {
+            std::fs::write(sub.join(format!("f{i:03}")), b"").unwrap();
+        }
+    }
+    let listings = LocalListings::default();
+    let mut after: Option<PathBuf> = None;
+    let mut listed = 0;
+    loop {
+        let got = listings.page(dir.path(), true, after.as_deref(), 150).unwrap();
+        listed += got.len();
+        // The root's 20 names and those of the directory the page stopped in, at most.
+        assert!(listings.held() <= 20 + 100, "{} names held", listings.held());
+        if got.len() < 150 {
+            break;
+        }
+        after = got.last().map(|f| f.path.clone());
+    }
+    assert_eq!(listed, 2000);
+    assert_eq!(listings.held(), 0);
 }
 
 #[test]
