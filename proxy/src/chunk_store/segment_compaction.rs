@@ -1,7 +1,9 @@
 //! Compaction of a slot's segments (`segments.rs`): once dead records take more than their room,
 //! the segments with the most of them have their live records copied to the active segment (each
 //! published at its new place before the old segment goes), then are removed (every entry still
-//! naming them withdrawn first).
+//! naming them withdrawn first). A record found corrupt on the way is not copied: it is dropped and
+//! handed back, for the slot to count and log as a read that found it would
+//! (`DiskChunks::drop_corrupt`).
 
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -19,22 +21,25 @@ impl Segments {
     }
 
     /// Compacts the segments with the most dead records while they take more than their room
-    /// ([`Segments::reserved`]), at most a few at a time. Blocking.
-    pub fn reclaim(&self) {
+    /// ([`Segments::reserved`]), at most a few at a time; the chunks whose records it found
+    /// corrupt (dropped), and why. Blocking.
+    pub fn reclaim(&self) -> Vec<(u128, String)> {
+        let mut corrupt = Vec::new();
         if !self.settled() {
-            return;
+            return corrupt;
         }
         for _ in 0..4 {
-            if self.dead() <= self.state().dead_room() || !self.compact_most_dead() {
-                return;
+            if self.dead() <= self.state().dead_room() || !self.compact_most_dead(&mut corrupt) {
+                break;
             }
         }
+        corrupt
     }
 
     /// Compacts the segment with the most dead records (the active one is sealed first if it is
     /// that one): false if none has any worth it, or while the fleet has not settled (another slot
     /// may still take chunks from them).
-    fn compact_most_dead(&self) -> bool {
+    fn compact_most_dead(&self, corrupt: &mut Vec<(u128, String)>) -> bool {
         if !self.settled() {
             return false;
         }
@@ -48,7 +53,7 @@ impl Segments {
             }
             seq
         };
-        match self.compact(most) {
+        match self.compact(most, corrupt) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(seq = most, "could not compact a segment: {e}");
@@ -57,8 +62,9 @@ impl Segments {
         }
     }
 
-    /// Moves the live records of the sealed segment `seq` to the active one, then removes it.
-    fn compact(&self, seq: u32) -> io::Result<()> {
+    /// Moves the live records of the sealed segment `seq` to the active one, then removes it; a
+    /// record found corrupt is dropped and added to `corrupt`.
+    fn compact(&self, seq: u32, corrupt: &mut Vec<(u128, String)>) -> io::Result<()> {
         let (file, entries) = {
             let st = self.state();
             let Some(seg) = st.segs.get(&seq) else { return Ok(()) };
@@ -75,14 +81,17 @@ impl Segments {
         };
         for (id, loc) in live {
             let mut bytes = vec![0u8; loc.len as usize];
-            let good = file.read_exact_at(&mut bytes, u64::from(loc.offset)).is_ok()
-                && segment::check_record(&bytes, None).is_ok();
+            let checked = match file.read_exact_at(&mut bytes, u64::from(loc.offset)) {
+                Ok(()) => segment::check_record(&bytes, None).map(drop).map_err(|e| e.to_string()),
+                Err(e) => Err(format!("unreadable: {e}")),
+            };
             let mut st = self.state();
             if st.locs.get(id) != Some(loc) {
                 continue; // dropped or replaced meanwhile
             }
-            if !good {
+            if let Err(why) = checked {
                 st.unplace(id);
+                corrupt.push((id, format!("found by a compaction of segment {seq}: {why}")));
                 continue;
             }
             if let Err(e) = self.append(&mut st, id, &bytes, false) {

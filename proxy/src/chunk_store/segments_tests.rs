@@ -430,3 +430,38 @@ fn a_record_damaged_in_the_unsealed_segment_is_caught_when_read_and_those_after_
         assert_eq!(read(&s, i), Some(data(i)), "record {i} kept");
     }
 }
+
+#[test]
+fn a_record_a_compaction_finds_damaged_is_dropped_and_handed_back_and_the_others_are_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let n = 4000u64;
+    for i in 0..n {
+        put(&s, i);
+    }
+    // A data byte of record 1 (kept below: odd records stay), in the first segment, sealed.
+    let id = key(1).id().0;
+    let loc = s.state().locs.get(id).unwrap();
+    let seg = dir.path().join("0").join(format!("{:016x}.seg", loc.seq));
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(seg).unwrap();
+    let mut record = vec![0u8; loc.len as usize];
+    file.read_exact_at(&mut record, u64::from(loc.offset)).unwrap();
+    let at = u64::from(loc.offset) + segment::decode_head(&record).unwrap().data_offset() as u64 + 10;
+    let mut byte = [0u8];
+    file.read_exact_at(&mut byte, at).unwrap();
+    file.write_all_at(&[byte[0] ^ 4], at).unwrap();
+    let mut corrupt = Vec::new();
+    for i in (0..n).step_by(2) {
+        assert!(s.remove(key(i).id().0));
+        corrupt.extend(s.reclaim());
+    }
+    corrupt.extend(s.reclaim());
+    assert!(!seg_files(dir.path()).iter().any(|f| f.ends_with(format!("{:016x}.seg", loc.seq))), "compacted");
+    let found: Vec<u128> = corrupt.iter().map(|c| c.0).collect();
+    assert_eq!(found, [id], "what the compaction found corrupt: {corrupt:?}");
+    assert!(corrupt[0].1.contains("compaction"), "{}", corrupt[0].1);
+    assert!(!s.contains(id), "the damaged record is dropped");
+    for i in (3..n).step_by(2) {
+        assert_eq!(read(&s, i), Some(data(i)), "record {i}, moved");
+    }
+}

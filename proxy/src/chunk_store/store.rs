@@ -177,19 +177,20 @@ impl ChunkStore {
         self.packed.get().map(|s| s.reserve_gauge())
     }
 
-    /// Frees the room of evicted packed chunks once it adds up (`Segments::reclaim`). Blocking.
-    pub fn reclaim(&self) {
-        if let Some(segments) = self.packed.get() {
-            segments.reclaim();
-        }
+    /// Frees the room of evicted packed chunks once it adds up (`Segments::reclaim`); the chunks
+    /// found corrupt (and dropped) on the way, and why. Blocking.
+    #[must_use = "the chunks found corrupt are to be counted"]
+    pub fn reclaim(&self) -> Vec<(u128, String)> {
+        self.packed.get().map(|segments| segments.reclaim()).unwrap_or_default()
     }
 
-    /// Packed segments sized for the slot's share of the capacity. Blocking.
-    pub fn set_share(&self, share: u64) {
-        if let Some(segments) = self.packed.get() {
-            segments.set_share(share);
-            segments.reclaim();
-        }
+    /// Packed segments sized for the slot's share of the capacity; what [`ChunkStore::reclaim`]
+    /// found corrupt then. Blocking.
+    #[must_use = "the chunks found corrupt are to be counted"]
+    pub fn set_share(&self, share: u64) -> Vec<(u128, String)> {
+        let Some(segments) = self.packed.get() else { return Vec::new() };
+        segments.set_share(share);
+        segments.reclaim()
     }
 
     /// Takes the packed chunks this slot `owns` from other slots' segments (`Segments::adopt`).

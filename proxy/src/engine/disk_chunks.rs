@@ -186,13 +186,19 @@ impl DiskChunks {
     }
 
     pub(super) async fn drop_corrupt(&self, id: u128, reason: &str) {
+        self.forget_corrupt(id, reason);
+        let store = self.store.clone();
+        let _ = tokio::task::spawn_blocking(move || store.remove(ChunkId(id))).await;
+    }
+
+    /// A chunk found corrupt whose bytes the store dropped (a compaction's finds): counted and
+    /// logged as a read's find is, and no longer indexed.
+    pub(super) fn forget_corrupt(&self, id: u128, reason: &str) {
         self.stats.corrupt_chunks.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("dropping corrupt chunk {id:032x}: {reason}");
         self.open.remove(id);
         self.release_resident(id);
         self.index().remove(id);
-        let store = self.store.clone();
-        let _ = tokio::task::spawn_blocking(move || store.remove(ChunkId(id))).await;
     }
 
     /// Writes a fetched chunk to disk and accounts for it; a full or failing disk only costs the cache.
@@ -236,15 +242,18 @@ impl DiskChunks {
             self.release_resident(*id);
         }
         let store = self.store.clone();
-        let _ = tokio::task::spawn_blocking(move || {
+        let corrupt = tokio::task::spawn_blocking(move || {
             for (id, _) in victims {
                 if let Err(e) = store.remove(ChunkId(id)) {
                     tracing::warn!("could not evict chunk {id:032x}: {e}");
                 }
             }
             // Evicted packed chunks free their room once their segments are compacted.
-            store.reclaim();
+            store.reclaim()
         })
         .await;
+        for (id, why) in corrupt.unwrap_or_default() {
+            self.forget_corrupt(id, &why);
+        }
     }
 }

@@ -59,7 +59,10 @@ impl Engine {
                 this.info.capacity.unwrap_or_else(|| default_capacity(&this.info.cache_dir, total));
             let share = capacity / u64::from(slots.max(1));
             let store = this.disk.store.clone();
-            let _ = tokio::task::spawn_blocking(move || store.set_share(share)).await;
+            let corrupt = tokio::task::spawn_blocking(move || store.set_share(share)).await;
+            for (id, why) in corrupt.unwrap_or_default() {
+                this.disk.forget_corrupt(id, &why);
+            }
             let victims = {
                 let mut index = this.disk.index();
                 let live = index.ids_most_recent_first();
