@@ -51,7 +51,7 @@ impl Engine {
             })
             .await;
             let _ = snapshot.await;
-            let Ok((owned, total)) = scanned else {
+            let Ok((mut owned, total)) = scanned else {
                 tracing::error!("index rebuild failed; eviction stays off");
                 return;
             };
@@ -60,9 +60,13 @@ impl Engine {
             let share = capacity / u64::from(slots.max(1));
             let store = this.disk.store.clone();
             let corrupt = tokio::task::spawn_blocking(move || store.set_share(share)).await;
-            for (id, why) in corrupt.unwrap_or_default() {
-                this.disk.forget_corrupt(id, &why);
+            let corrupt: Vec<(u128, String)> = corrupt.unwrap_or_default();
+            for (id, why) in &corrupt {
+                this.disk.forget_corrupt(*id, why);
             }
+            // What a compaction just dropped as corrupt is not indexed from the scan.
+            let dropped: std::collections::HashSet<u128> = corrupt.iter().map(|c| c.0).collect();
+            owned.retain(|c| !dropped.contains(&c.id.0));
             let victims = {
                 let mut index = this.disk.index();
                 let live = index.ids_most_recent_first();
