@@ -114,3 +114,70 @@ fn parse_snapshot_name(name: &str) -> Option<(u32, u32)> {
     let (slot, slots) = (slot.parse().ok()?, slots.parse().ok()?);
     (slot < slots).then_some((slot, slots))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use memarts_protocol::ObjectMeta;
+
+    use crate::config::FleetConfig;
+    use crate::engine::Engine;
+    use crate::origin::Origin;
+
+    fn engine(dir: &std::path::Path) -> Arc<Engine> {
+        let cfg = FleetConfig {
+            run_dir: dir.join("run"),
+            cache_dir: dir.join("cache"),
+            io_engine: "pread".into(),
+            origin_log: false,
+            ..FleetConfig::default()
+        };
+        crate::build_engine_with(&cfg, 0, Origin::new(cfg.origin.clone(), None)).unwrap().0
+    }
+
+    async fn ready(engine: &Arc<Engine>) {
+        engine.start_rebuild();
+        while !engine.status().index_ready {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn meta(size: u64) -> ObjectMeta {
+        ObjectMeta { size, etag: Some(format!("\"e{size}\"")), version: None, last_modified_ms: 1 }
+    }
+
+    /// A slot stopped before it took in the last fleet's snapshot saves none over it; once it did,
+    /// its stop saves what it holds.
+    #[tokio::test]
+    async fn a_slot_stopped_before_its_restore_leaves_the_last_snapshot_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = engine(dir.path());
+        ready(&first).await;
+        first.metadata().cache().put("s3://b/kept".into(), meta(7));
+        first.metadata().save_meta_snapshot();
+        drop(first);
+
+        // Started, then stopped before its rebuild (so before the restore): nothing saved.
+        let early = engine(dir.path());
+        early.metadata().cache().put("s3://b/early".into(), meta(9));
+        early.metadata().save_meta_snapshot();
+        drop(early);
+
+        let next = engine(dir.path());
+        ready(&next).await;
+        let cache = next.metadata().cache();
+        assert_eq!(cache.get_stale("s3://b/kept").map(|m| m.size), Some(7), "the last snapshot was lost");
+        assert!(cache.get_stale("s3://b/early").is_none(), "a stop before the restore saved its cache");
+        cache.put("s3://b/later".into(), meta(11));
+        next.metadata().save_meta_snapshot();
+        drop(next);
+
+        let last = engine(dir.path());
+        ready(&last).await;
+        let cache = last.metadata().cache();
+        assert_eq!(cache.get_stale("s3://b/later").map(|m| m.size), Some(11));
+        assert_eq!(cache.get_stale("s3://b/kept").map(|m| m.size), Some(7));
+    }
+}
