@@ -60,13 +60,15 @@ impl Engine {
             let share = capacity / u64::from(slots.max(1));
             let store = this.disk.store.clone();
             let corrupt = tokio::task::spawn_blocking(move || store.set_share(share)).await;
-            let corrupt: Vec<(u128, String)> = corrupt.unwrap_or_default();
-            for (id, why) in &corrupt {
-                this.disk.forget_corrupt(*id, why);
+            let corrupt: std::collections::HashMap<u128, String> =
+                corrupt.unwrap_or_default().into_iter().collect();
+            if !corrupt.is_empty() {
+                // What a compaction just dropped as corrupt is not indexed from the scan.
+                owned.retain(|c| !corrupt.contains_key(&c.id.0));
+                for (id, why) in &corrupt {
+                    this.disk.forget_corrupt(*id, why);
+                }
             }
-            // What a compaction just dropped as corrupt is not indexed from the scan.
-            let dropped: std::collections::HashSet<u128> = corrupt.iter().map(|c| c.0).collect();
-            owned.retain(|c| !dropped.contains(&c.id.0));
             let victims = {
                 let mut index = this.disk.index();
                 let live = index.ids_most_recent_first();
