@@ -112,6 +112,29 @@ pub struct Published {
     pub verified_ms: u64,
 }
 
+/// A [`Published`] as an entry holds it: its ETag packed (`etag::pack`). What a slot publishes from
+/// metadata it holds packed already (`PackedMeta` of the proxy's metadata cache), with no ETag text
+/// made and parsed again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub size: u64,
+    pub etag: etag::PackedEtag,
+    pub last_modified_ms: i64,
+    pub verified_ms: u64,
+}
+
+impl Entry {
+    /// `published` packed; `None` for an ETag of none of the forms an entry holds.
+    pub fn of(published: &Published) -> Option<Entry> {
+        Some(Entry {
+            size: published.size,
+            etag: etag::pack(&published.etag, published.size)?,
+            last_modified_ms: published.last_modified_ms,
+            verified_ms: published.verified_ms,
+        })
+    }
+}
+
 /// What [`MetaTable::publish`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Publish {
@@ -202,19 +225,18 @@ impl<'a> MetaTable<'a> {
     /// ETag of none of the forms an entry holds (`etag.rs`), or a verification time past 2527 (and
     /// an older entry of the URL is withdrawn). Single writer.
     pub fn publish(&self, key: u128, published: &Published) -> Publish {
-        self.put(key, published, false)
+        self.put(key, Entry::of(published).as_ref(), false)
     }
 
-    /// [`MetaTable::publish`] of a key the table does not hold: a new table filled from distinct
-    /// keys (`SeqTable::claim_vacant`). Single writer.
-    pub fn publish_new(&self, key: u128, published: &Published) -> Publish {
-        self.put(key, published, true)
+    /// [`MetaTable::publish`] of a key the table does not hold, its ETag packed already: a new table
+    /// filled from distinct keys (`SeqTable::claim_vacant`). Single writer.
+    pub fn publish_new(&self, key: u128, entry: &Entry) -> Publish {
+        self.put(key, Some(entry), true)
     }
 
-    fn put(&self, key: u128, published: &Published, vacant: bool) -> Publish {
-        let packed = etag::pack(&published.etag, published.size);
-        let (Some(packed), true, true) =
-            (packed, published.verified_ms >> (64 - VERIFIED_SHIFT) == 0, key != 0)
+    fn put(&self, key: u128, entry: Option<&Entry>, vacant: bool) -> Publish {
+        let (Some(entry), true, true) =
+            (entry, entry.is_some_and(|e| e.verified_ms >> (64 - VERIFIED_SHIFT) == 0), key != 0)
         else {
             if key != 0 {
                 self.withdraw(key); // an older version's entry must not outlive this one
@@ -229,15 +251,15 @@ impl<'a> MetaTable<'a> {
         let Some((place, how)) = claimed else {
             return Publish::Skipped;
         };
-        let verified = published.verified_ms << VERIFIED_SHIFT
-            | u64::from(packed.form as u8) << 16
-            | u64::from(packed.arg);
+        let packed = &entry.etag;
+        let verified =
+            entry.verified_ms << VERIFIED_SHIFT | u64::from(packed.form as u8) << 16 | u64::from(packed.arg);
         let etag_word =
             |i: usize| u64::from_le_bytes(packed.bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
         self.table.write(place, key, |e| {
-            e[SIZE].store(published.size, Ordering::Relaxed);
+            e[SIZE].store(entry.size, Ordering::Relaxed);
             e[VERIFIED].store(verified, Ordering::Relaxed);
-            e[LAST_MODIFIED].store(published.last_modified_ms as u64, Ordering::Relaxed);
+            e[LAST_MODIFIED].store(entry.last_modified_ms as u64, Ordering::Relaxed);
             e[ETAG].store(etag_word(0), Ordering::Relaxed);
             e[ETAG + 1].store(etag_word(1), Ordering::Relaxed);
         });

@@ -11,7 +11,9 @@
 //! give back exactly the `ObjectMeta` that was put.
 
 use memarts_disk::meta_table::etag::{self, Form, PackedEtag};
+use memarts_disk::meta_table::Entry;
 use memarts_protocol::ObjectMeta;
+use serde::{Deserialize, Serialize};
 
 /// What the three top bits of [`PackedMeta::hi`] say of the ETag: none, spilled, or the form
 /// (`memarts_disk::meta_table::etag`, the metadata table's own) of one held in the 16 bytes with
@@ -37,6 +39,41 @@ pub struct PackedMeta {
     /// Bits 0-15: size bits 32-47; bits 16-28: Last-Modified bits 32-44 (two's complement);
     /// bits 29-31: the ETag's form.
     hi: u32,
+}
+
+/// An [`ObjectMeta`] borrowed: what is packed, from an `ObjectMeta` or straight from the bytes of a
+/// snapshot (`meta_cache.rs`), whose entries it reads without making their strings. Serialized
+/// exactly as an `ObjectMeta` is (the same fields in the same order).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct MetaRef<'a> {
+    pub size: u64,
+    #[serde(borrow)]
+    pub etag: Option<&'a str>,
+    #[serde(borrow)]
+    pub version: Option<&'a str>,
+    pub last_modified_ms: i64,
+}
+
+impl<'a> From<&'a ObjectMeta> for MetaRef<'a> {
+    fn from(meta: &'a ObjectMeta) -> MetaRef<'a> {
+        MetaRef {
+            size: meta.size,
+            etag: meta.etag.as_deref(),
+            version: meta.version.as_deref(),
+            last_modified_ms: meta.last_modified_ms,
+        }
+    }
+}
+
+impl MetaRef<'_> {
+    fn to_owned(self) -> ObjectMeta {
+        ObjectMeta {
+            size: self.size,
+            etag: self.etag.map(str::to_owned),
+            version: self.version.map(str::to_owned),
+            last_modified_ms: self.last_modified_ms,
+        }
+    }
 }
 
 /// The metadata that does not pack, by index; freed indices are reused.
@@ -68,10 +105,11 @@ impl Spills {
 
 impl PackedMeta {
     /// Packs `meta`, spilling it into `spills` if it does not fit inline.
-    pub fn new(meta: &ObjectMeta, spills: &mut Spills) -> PackedMeta {
+    pub fn new<'a>(meta: impl Into<MetaRef<'a>>, spills: &mut Spills) -> PackedMeta {
+        let meta: MetaRef = meta.into();
         let modified = meta.last_modified_ms;
         let modified_fits = (-(1i64 << (MODIFIED_BITS - 1))..1i64 << (MODIFIED_BITS - 1)).contains(&modified);
-        let form = match meta.etag.as_deref() {
+        let form = match meta.etag {
             None => Some((NO_ETAG, [0; 16])),
             Some(text) => etag::pack(text, meta.size)
                 .filter(|p| matches!(p.form, Form::Md5 | Form::Md5Quoted | Form::LocalFile))
@@ -89,7 +127,7 @@ impl PackedMeta {
             }
             _ => {
                 let mut etag = [0; 16];
-                etag[..4].copy_from_slice(&spills.put(meta.clone()).to_le_bytes());
+                etag[..4].copy_from_slice(&spills.put(meta.to_owned()).to_le_bytes());
                 PackedMeta { etag, size_lo: 0, modified_lo: 0, hi: SPILLED << FORM_SHIFT }
             }
         }
@@ -97,6 +135,17 @@ impl PackedMeta {
 
     fn form(&self) -> u32 {
         self.hi >> FORM_SHIFT
+    }
+
+    /// The size of an inline one.
+    fn size(&self) -> u64 {
+        ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64
+    }
+
+    /// The Last-Modified of an inline one.
+    fn modified(&self) -> i64 {
+        let modified = (((self.hi >> 16) & 0x1fff) as u64) << 32 | self.modified_lo as u64;
+        ((modified << (64 - MODIFIED_BITS)) as i64) >> (64 - MODIFIED_BITS)
     }
 
     fn spill_index(&self) -> usize {
@@ -111,9 +160,7 @@ impl PackedMeta {
                 .clone()
                 .expect("a packed meta's spill is held until released");
         }
-        let modified = (((self.hi >> 16) & 0x1fff) as u64) << 32 | self.modified_lo as u64;
-        let modified = ((modified << (64 - MODIFIED_BITS)) as i64) >> (64 - MODIFIED_BITS);
-        let size = ((self.hi & 0xffff) as u64) << 32 | self.size_lo as u64;
+        let (size, modified) = (self.size(), self.modified());
         let etag = match form {
             NO_ETAG => None,
             form => {
@@ -122,6 +169,26 @@ impl PackedMeta {
             }
         };
         ObjectMeta { size, etag, version: None, last_modified_ms: modified }
+    }
+
+    /// What the metadata table shims read says of it, verified at `verified_ms` (`None`: nothing,
+    /// as for an object without an ETag). The inline forms are the table's own, so they go in as
+    /// they are held; a spilled one is packed from its `ObjectMeta`.
+    pub fn entry(&self, spills: &Spills, verified_ms: u64) -> Option<Entry> {
+        match self.form() {
+            NO_ETAG => None,
+            SPILLED => super::meta_publisher::entry(&self.meta(spills), verified_ms),
+            form => Some(Entry {
+                size: self.size(),
+                etag: PackedEtag {
+                    form: Form::from_u8(form as u8).expect("a form packed here"),
+                    arg: 0,
+                    bytes: self.etag,
+                },
+                last_modified_ms: self.modified(),
+                verified_ms,
+            }),
+        }
     }
 
     /// Whether it names a version: a non-empty ETag (`dir_versions::versioned`), told without
@@ -153,8 +220,30 @@ mod tests {
         let packed = PackedMeta::new(&meta, &mut spills);
         assert_eq!(packed.meta(&spills), meta);
         assert_eq!(spills.len(), spilled as usize, "{meta:?}");
+        // Published as the metadata table packs the ETag it is given.
+        assert_eq!(packed.entry(&spills, 5), super::super::meta_publisher::entry(&meta, 5), "{meta:?}");
         packed.release(&mut spills);
         assert_eq!(spills.len(), 0);
+    }
+
+    /// A snapshot's entries are read as `MetaRef`s from what was written as `ObjectMeta`s (older
+    /// snapshots) and the other way round.
+    #[test]
+    fn a_meta_ref_is_serialized_as_an_object_meta() {
+        let meta = ObjectMeta {
+            size: 1 << 40,
+            etag: Some("\"e\"".into()),
+            version: Some("v7".into()),
+            last_modified_ms: -3,
+        };
+        let bytes = postcard::to_allocvec(&meta).unwrap();
+        assert_eq!(postcard::to_allocvec(&MetaRef::from(&meta)).unwrap(), bytes);
+        let back: MetaRef = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back.to_owned(), meta);
+        let none = ObjectMeta { etag: None, version: None, ..meta };
+        let bytes = postcard::to_allocvec(&none).unwrap();
+        let back: MetaRef = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back.to_owned(), none);
     }
 
     #[test]

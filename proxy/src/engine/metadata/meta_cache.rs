@@ -15,18 +15,23 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::compact_meta::MetaRef;
 use super::meta_publisher::Publisher;
 use super::url_lru::UrlLru;
+use memarts_disk::meta_table::{url_key, Entry};
 use memarts_protocol::{crc32c, ObjectMeta};
 use serde::{Deserialize, Serialize};
 
 /// Snapshot file: this magic, a CRC32C of the rest, then the postcard-encoded entries.
 const SNAPSHOT_MAGIC: &[u8; 8] = b"MAMETA01";
 
+/// One entry of a snapshot, borrowed from the snapshot's bytes when loaded (no string made for the
+/// entries a load passes over, nor for those it packs).
 #[derive(Serialize, Deserialize)]
-struct SnapshotEntry {
-    url: String,
-    meta: ObjectMeta,
+struct SnapshotEntry<'a> {
+    url: &'a str,
+    #[serde(borrow)]
+    meta: MetaRef<'a>,
     /// Wall-clock time of the verification, ms since the Unix epoch.
     verified_ms: u64,
 }
@@ -59,21 +64,24 @@ impl MetaCache {
     pub fn publish_at(&self, path: std::path::PathBuf) -> io::Result<()> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut publisher = Publisher::create(path, self.ttl.as_millis() as u64)?;
-        for (url, meta, verified_ms) in self.fresh(&entries) {
-            if publisher.publish(&url, &meta, verified_ms) {
-                publisher.grow(self.fresh(&entries))?;
-            }
+        let count = self.fresh(&entries).count();
+        if count > 0 {
+            publisher.refill(count, self.fresh(&entries))?;
         }
         *self.table() = Some(publisher);
         Ok(())
     }
 
-    /// The fresh entries, with when each was verified (ms since the Unix epoch).
-    fn fresh<'a>(&self, entries: &'a Entries) -> impl Iterator<Item = (String, ObjectMeta, u64)> + 'a {
+    /// The fresh entries the table holds, as it holds them: each under its URL's key, with when it
+    /// was verified (ms since the Unix epoch).
+    fn fresh<'a>(&self, entries: &'a Entries) -> impl Iterator<Item = (u128, Entry)> + 'a {
         let (now_wall, now, ttl) = (SystemTime::now(), Instant::now(), self.ttl);
-        entries.iter().filter(move |e| e.age(now) < ttl).map(move |e| {
+        let mut url = String::new();
+        entries.iter().filter(move |e| e.age(now) < ttl).filter_map(move |e| {
             let verified = now_wall.checked_sub(e.age(now)).unwrap_or(SystemTime::UNIX_EPOCH);
-            (e.url(), e.meta(), unix_ms(verified))
+            let entry = e.entry(unix_ms(verified))?;
+            e.url_into(&mut url);
+            Some((url_key(&url), entry))
         })
     }
 
@@ -93,8 +101,7 @@ impl MetaCache {
     fn republish(&self, entries: &Entries) {
         let mut table = self.table();
         let Some(publisher) = table.as_mut() else { return };
-        let now = Instant::now();
-        let count = entries.iter().filter(|e| e.age(now) < self.ttl).count();
+        let count = self.fresh(entries).count();
         if let Err(e) = publisher.refill(count, self.fresh(entries)) {
             tracing::warn!("the metadata table for local hits could not be made again: {e}");
         }
@@ -164,18 +171,25 @@ impl MetaCache {
     /// restart long after the last one waits for no listing.
     pub fn save(&self, path: &Path) -> io::Result<usize> {
         let (now_wall, now) = (SystemTime::now(), Instant::now());
-        let entries: Vec<SnapshotEntry> = {
+        let held: Vec<(String, ObjectMeta, u64)> = {
             let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
             // Least recently used first, so that a load into a smaller cache keeps the hottest.
             entries
                 .iter_lru_first()
-                .map(|e| SnapshotEntry {
-                    url: e.url(),
-                    meta: e.meta(),
-                    verified_ms: unix_ms(now_wall.checked_sub(e.age(now)).unwrap_or(SystemTime::UNIX_EPOCH)),
+                .map(|e| {
+                    let verified = now_wall.checked_sub(e.age(now)).unwrap_or(SystemTime::UNIX_EPOCH);
+                    (e.url(), e.meta(), unix_ms(verified))
                 })
                 .collect()
         };
+        let entries: Vec<SnapshotEntry> = held
+            .iter()
+            .map(|(url, meta, verified_ms)| SnapshotEntry {
+                url,
+                meta: meta.into(),
+                verified_ms: *verified_ms,
+            })
+            .collect();
         let body = postcard::to_allocvec(&entries).map_err(io::Error::other)?;
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
         let mut file = std::fs::File::create(&tmp)?;
@@ -211,6 +225,7 @@ impl MetaCache {
             return Err(invalid("checksum mismatch"));
         }
         let entries: Vec<SnapshotEntry> = postcard::from_bytes(body).map_err(|e| invalid(&e.to_string()))?;
+        // (Borrowed from `bytes`: a load makes no string for an entry.)
         let now_ms = unix_ms(SystemTime::now());
         let (now, mut loaded, mut fresh_loaded) = (Instant::now(), 0, 0);
         let mut cache = self.entries.lock().unwrap_or_else(|p| p.into_inner());
@@ -220,10 +235,9 @@ impl MetaCache {
             // this machine's boot, which an `Instant` cannot).
             let fresh = age < self.ttl;
             let Some(at) = now.checked_sub(if fresh { age } else { self.ttl }) else { continue };
-            if !keep(&e.url) || cache.verified(&e.url).is_some_and(|held| held >= cache.stamp(at)) {
+            if !keep(e.url) || !cache.put_unless_newer(e.url, e.meta, at) {
                 continue;
             }
-            cache.put(&e.url, &e.meta, at);
             fresh_loaded += usize::from(fresh);
             loaded += 1;
         }

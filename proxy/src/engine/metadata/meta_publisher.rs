@@ -12,7 +12,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use memarts_disk::meta_table::{url_key, Publish, Published, TableFile};
+use memarts_disk::meta_table::{url_key, Entry, Publish, Published, TableFile};
 use memarts_protocol::ObjectMeta;
 
 /// Entries of a new table: 512 KiB.
@@ -49,20 +49,7 @@ impl Publisher {
     /// Publishes what shims may know of `url`: its size and ETag (an object without one is not
     /// published, and an older entry of it goes). True when the table should grow.
     pub fn publish(&mut self, url: &str, meta: &ObjectMeta, verified_ms: u64) -> bool {
-        self.put(url, meta, verified_ms, false)
-    }
-
-    /// [`Publisher::publish`]; `new`: into a table being filled from distinct URLs, which does not
-    /// hold this one.
-    fn put(&mut self, url: &str, meta: &ObjectMeta, verified_ms: u64, new: bool) -> bool {
-        let published = Published {
-            size: meta.size,
-            etag: meta.etag.clone().unwrap_or_default(),
-            last_modified_ms: meta.last_modified_ms,
-            verified_ms,
-        };
-        let (table, key) = (self.file.table(), url_key(url));
-        let how = if new { table.publish_new(key, &published) } else { table.publish(key, &published) };
+        let how = self.file.table().publish(url_key(url), &published(meta, verified_ms));
         if how == Publish::Added {
             self.held += 1;
         }
@@ -76,13 +63,9 @@ impl Publisher {
         }
     }
 
-    /// Makes the table again at twice its size with `entries` (URL, metadata, when verified), and
-    /// puts it in place of the old one. On failure the old table stays as it is.
-    /// (Borrowed or owned: the metadata cache makes each entry's URL and metadata as it goes.)
-    pub fn grow<U: AsRef<str>, M: std::borrow::Borrow<ObjectMeta>>(
-        &mut self,
-        entries: impl Iterator<Item = (U, M, u64)>,
-    ) -> io::Result<()> {
+    /// Makes the table again at twice its size with `entries` (each under its URL's key, distinct),
+    /// and puts it in place of the old one. On failure the old table stays as it is.
+    pub fn grow(&mut self, entries: impl Iterator<Item = (u128, Entry)>) -> io::Result<()> {
         self.remake(self.capacity() * 2, entries)
     }
 
@@ -90,28 +73,19 @@ impl Publisher {
     /// growing (or its own, if larger): what a slot loads at its start goes in at once, not through
     /// the growths that one at a time would take (each a new file, filled again): with 50,000
     /// fresh entries a slot, those took a third of a 2-slot fleet's restart (its CPU time).
-    pub fn refill<U: AsRef<str>, M: std::borrow::Borrow<ObjectMeta>>(
-        &mut self,
-        count: usize,
-        entries: impl Iterator<Item = (U, M, u64)>,
-    ) -> io::Result<()> {
+    pub fn refill(&mut self, count: usize, entries: impl Iterator<Item = (u128, Entry)>) -> io::Result<()> {
         let fits = count.saturating_mul(2).next_power_of_two();
         self.remake(fits.max(self.capacity()), entries)
     }
 
     /// A new table of `capacity` entries (at most [`MAX_ENTRIES`]) holding `entries`, in place of
     /// the old one.
-    fn remake<U: AsRef<str>, M: std::borrow::Borrow<ObjectMeta>>(
-        &mut self,
-        capacity: usize,
-        entries: impl Iterator<Item = (U, M, u64)>,
-    ) -> io::Result<()> {
+    fn remake(&mut self, capacity: usize, entries: impl Iterator<Item = (u128, Entry)>) -> io::Result<()> {
         let file = TableFile::create(&self.path, capacity.min(MAX_ENTRIES), self.ttl_ms)?;
         let (old_file, old_held) = (std::mem::replace(&mut self.file, file), self.held);
-        self.held = 0;
-        for (url, meta, verified_ms) in entries {
-            self.put(url.as_ref(), meta.borrow(), verified_ms, true);
-        }
+        let table = self.file.table();
+        let added = entries.filter(|(key, entry)| table.publish_new(*key, entry) == Publish::Added).count();
+        self.held = added;
         // Filled: the shims that still map the old table move to this one at their next read.
         old_file.table().mark_superseded();
         tracing::debug!(
@@ -123,6 +97,21 @@ impl Publisher {
         );
         Ok(())
     }
+}
+
+/// What the table says of an object of `meta` verified at `verified_ms`.
+fn published(meta: &ObjectMeta, verified_ms: u64) -> Published {
+    Published {
+        size: meta.size,
+        etag: meta.etag.clone().unwrap_or_default(),
+        last_modified_ms: meta.last_modified_ms,
+        verified_ms,
+    }
+}
+
+/// [`published`] as an entry holds it, if it can (`Entry::of`).
+pub fn entry(meta: &ObjectMeta, verified_ms: u64) -> Option<Entry> {
+    Entry::of(&published(meta, verified_ms))
 }
 
 #[cfg(test)]
@@ -141,7 +130,7 @@ mod tests {
         let n = 3 * FIRST_ENTRIES;
         let urls: Vec<String> = (0..n as u64).map(|i| format!("s3://b/{i}")).collect();
         let metas: Vec<ObjectMeta> = (0..n as u64).map(meta).collect();
-        p.refill(n, urls.iter().zip(&metas).map(|(u, m)| (u.as_str(), m, 7))).unwrap();
+        p.refill(n, urls.iter().zip(&metas).map(|(u, m)| (url_key(u), entry(m, 7).unwrap()))).unwrap();
         assert_eq!(p.capacity(), (2 * n).next_power_of_two(), "no growth left for these entries");
         // Published as any entry is from now on: the same URL updated in place, not twice.
         assert!(!p.publish(&urls[0], &meta(99), 8));
@@ -166,7 +155,7 @@ mod tests {
         let mut grew = 0;
         for i in 0..urls.len() {
             if p.publish(&urls[i], &metas[i], 7) {
-                p.grow((0..=i).map(|j| (urls[j].as_str(), &metas[j], 7))).unwrap();
+                p.grow((0..=i).map(|j| (url_key(&urls[j]), entry(&metas[j], 7).unwrap()))).unwrap();
                 grew += 1;
             }
         }

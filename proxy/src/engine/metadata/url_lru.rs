@@ -21,8 +21,9 @@ use memarts_protocol::ObjectMeta;
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::byte_arena::ByteArena;
-use super::compact_meta::{PackedMeta, Spills};
+use super::compact_meta::{MetaRef, PackedMeta, Spills};
 use super::verified_clock::{Clock, Stamp};
+use memarts_disk::meta_table::Entry;
 
 /// No node: the end of a list, or the `dir` of a free node.
 const NONE: u32 = u32::MAX;
@@ -125,8 +126,20 @@ impl Held<'_> {
         self.lru.url_of(self.node)
     }
 
+    /// The URL, written over what `url` held (no new string an entry).
+    pub fn url_into(&self, url: &mut String) {
+        url.clear();
+        url.push_str(self.lru.dirs.prefix(self.node.dir));
+        url.push_str(self.lru.names.get_str(self.node.name));
+    }
+
     pub fn meta(&self) -> ObjectMeta {
         self.node.meta.meta(&self.lru.spills)
+    }
+
+    /// What the metadata table says of it, verified at `verified_ms` (`PackedMeta::entry`).
+    pub fn entry(&self, verified_ms: u64) -> Option<Entry> {
+        self.node.meta.entry(&self.lru.spills, verified_ms)
     }
 
     /// How long before `now` it was verified.
@@ -205,7 +218,24 @@ impl UrlLru {
     /// Holds `meta` for `url`, verified `at`, as the most recently used entry: in place of the
     /// entry of `url` if any, else in place of the least recently used one at the bound. Not
     /// held if the names arena is full (4 GiB of names).
-    pub fn put(&mut self, url: &str, meta: &ObjectMeta, at: Instant) {
+    pub fn put<'m>(&mut self, url: &str, meta: impl Into<MetaRef<'m>>, at: Instant) {
+        self.put_where(url, meta.into(), at, |_, _| true);
+    }
+
+    /// [`UrlLru::put`], unless the entry of `url` was verified at `at` or later; whether it put.
+    pub fn put_unless_newer(&mut self, url: &str, meta: MetaRef<'_>, at: Instant) -> bool {
+        self.put_where(url, meta, at, |held, new| held < new)
+    }
+
+    /// [`UrlLru::put`] if `url` is not held, or if `replaces` (the held and the new verification
+    /// times) says so; whether it put.
+    fn put_where(
+        &mut self,
+        url: &str,
+        meta: MetaRef<'_>,
+        at: Instant,
+        replaces: fn(Stamp, Stamp) -> bool,
+    ) -> bool {
         if let Some(shift) = self.clock.rebase(Instant::now()) {
             for n in self.nodes.iter_mut().filter(|n| n.dir != NONE) {
                 n.verified = n.verified.earlier_by(shift);
@@ -214,17 +244,20 @@ impl UrlLru {
         let verified = self.clock.stamp(at);
         if let Some(i) = self.find(url) {
             let n = &mut self.nodes[i as usize];
+            if !replaces(n.verified, verified) {
+                return false;
+            }
             n.meta.release(&mut self.spills);
             n.meta = PackedMeta::new(meta, &mut self.spills);
             n.verified = verified;
             self.make_most_recent(i);
-            return;
+            return true;
         }
         if self.len >= self.cap.get() {
             self.remove(self.tail);
         }
         let (prefix, name) = split(url);
-        let Some(name_at) = self.names.push(name.as_bytes()) else { return };
+        let Some(name_at) = self.names.push(name.as_bytes()) else { return false };
         let node = Node {
             prev: NONE,
             next: NONE,
@@ -257,6 +290,7 @@ impl UrlLru {
         self.index.insert_unique(url_hash(prefix, name), i, rehash);
         self.len += 1;
         self.link_front(i);
+        true
     }
 
     /// Drops the entry of `url`; whether there was one.
