@@ -78,6 +78,26 @@ impl RecordPlaces {
         Ok(RecordPlaces { path: None, file, held: 0, overflow: HashMap::new(), retry_at: 0 })
     }
 
+    /// An index in anonymous memory of `records` (distinct ids), at the size that holds them.
+    pub fn filled(records: Vec<(u128, Loc)>) -> io::Result<RecordPlaces> {
+        let mut places = RecordPlaces::new(records.len())?;
+        places.fill(records);
+        Ok(places)
+    }
+
+    /// Puts `records` (distinct ids) in a table that holds none of them.
+    fn fill(&mut self, records: Vec<(u128, Loc)>) {
+        let table = self.file.table();
+        for (id, loc) in records {
+            match table.publish_new(id, loc.record()) {
+                Publish::Full => {
+                    self.overflow.insert(id, loc);
+                }
+                _ => self.held += 1,
+            }
+        }
+    }
+
     fn capacity(&self) -> usize {
         self.file.table().capacity()
     }
@@ -190,15 +210,7 @@ impl RecordPlaces {
         self.path = path;
         self.held = 0;
         self.overflow.clear();
-        let table = self.file.table();
-        for (id, loc) in records {
-            match table.publish_new(id, loc.record()) {
-                Publish::Full => {
-                    self.overflow.insert(id, loc);
-                }
-                _ => self.held += 1,
-            }
-        }
+        self.fill(records);
         if republished {
             old.table().mark_superseded();
         }

@@ -201,8 +201,9 @@ impl Segments {
         let Some(lock) = files::lock(&dir)? else { return Ok(None) };
         let loaded = files::load(&dir, true, u32::MAX)?;
         let records = loaded.iter().map(|(_, _, entries)| entries.len()).sum();
+        let mut owned = Vec::with_capacity(records);
         let mut state = State {
-            locs: RecordPlaces::new(records)?,
+            locs: RecordPlaces::new(0)?,
             segs: BTreeMap::new(),
             counts: HashMap::new(),
             active: None,
@@ -216,11 +217,22 @@ impl Segments {
             state.segs.insert(seq, Seg { file: Arc::new(file), end, live: 0, appended: None });
             state.counts.insert(seq, entries.len() as u64);
             state.next_seq = seq.saturating_add(1);
-            for e in entries.into_iter().filter(|e| owns(e.id)) {
-                state.place(e.id, Loc { seq, offset: e.offset, len: e.record_len });
-                state.add_live(seq, taken(e.record_len));
+            let records = entries.into_iter().filter(|e| owns(e.id));
+            owned.extend(records.map(|e| (e.id, Loc { seq, offset: e.offset, len: e.record_len })));
+        }
+        // A chunk written more than once is where its last record is (the others are dead): the
+        // records, last first, sorted stably by id keep that one first of its id. In the table's
+        // order of places too, so that it is filled from start to end.
+        owned.reverse();
+        owned.sort_by_key(|&(id, _)| (id as u64, (id >> 64) as u64));
+        owned.dedup_by_key(|(id, _)| *id);
+        for &(_, loc) in &owned {
+            if let Some(seg) = state.segs.get_mut(&loc.seq) {
+                seg.live += taken(loc.len);
+                state.live += taken(loc.len);
             }
         }
+        state.locs = RecordPlaces::filled(owned)?;
         state.changed();
         // The segments from here on hold this fleet's chunks only; those before, if the fleet had
         // another size, are read by the other slots for the chunks they now own.

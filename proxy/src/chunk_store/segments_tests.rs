@@ -465,3 +465,35 @@ fn a_record_a_compaction_finds_damaged_is_dropped_and_handed_back_and_the_others
         assert_eq!(read(&s, i), Some(data(i)), "record {i}, moved");
     }
 }
+
+/// A chunk written again (its last record in a later segment, or later in the same one) is read
+/// from its last record after a restart, and only that record counts as live.
+#[test]
+fn a_chunk_written_again_is_at_its_last_record_after_a_restart_and_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(dir.path());
+    let again = |i: u64| data(i + 7).into_iter().rev().collect::<Vec<u8>>();
+    for i in 0..600 {
+        put(&s, i);
+    }
+    for i in (0..600).step_by(3).chain([599]) {
+        let (k, d) = (key(i), again(i));
+        s.put(k.id().0, &k.identity_bytes(), &d, memarts_protocol::crc32c(&d), 0, false).unwrap();
+    }
+    assert!(seg_files(dir.path()).len() > 2, "the second records lie in later segments");
+    let held = |s: &Segments| {
+        let mut chunks: Vec<(u128, u64)> = s.chunks().into_iter().map(|(id, bytes, _)| (id, bytes)).collect();
+        chunks.sort();
+        chunks
+    };
+    let (before, reserved) = (held(&s), s.reserved());
+    drop(s);
+    let s = Segments::open(dir.path(), 0, 1, |_| true).unwrap().expect("the lock is free");
+    assert_eq!(held(&s), before, "one place per chunk, its last record's");
+    s.set_share(32 << 20);
+    assert_eq!(s.reserved(), reserved, "live bytes counted once a chunk");
+    for i in 0..600 {
+        let want = if i % 3 == 0 || i == 599 { again(i) } else { data(i) };
+        assert_eq!(read(&s, i), Some(want), "record {i}");
+    }
+}

@@ -115,6 +115,14 @@ impl ChunkMap {
         self.table.find(hash_of(placement), |&i| placement_of(nodes[i as usize].id) == placement).is_some()
     }
 
+    /// Makes room for `more` chunks at once (a rebuild's scan): the nodes and the table grow once,
+    /// not an eighth and a doubling at a time.
+    pub fn reserve(&mut self, more: usize) {
+        self.nodes.reserve_exact(more);
+        let nodes = &self.nodes;
+        self.table.reserve(more, |&i| hash_of(placement_of(nodes[i as usize].id)));
+    }
+
     /// Inserts `id`, or replaces its entry, as the most recently used; its previous entry, if any.
     pub fn put(&mut self, id: u128, bytes: u32, read_at: u32) -> Option<Entry> {
         if let Some(i) = self.find(id) {

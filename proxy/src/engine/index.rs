@@ -67,6 +67,11 @@ impl ChunkIndex {
         self.chunks.len()
     }
 
+    /// Makes room for `more` chunks at once (`ChunkMap::reserve`).
+    pub fn reserve(&mut self, more: usize) {
+        self.chunks.reserve(more);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.chunks.is_empty()
     }

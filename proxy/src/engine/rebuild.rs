@@ -74,6 +74,7 @@ impl Engine {
                 let live = index.ids_most_recent_first();
                 let (n, bytes) = (owned.len(), owned.iter().map(|c| c.bytes_on_disk).sum::<u64>());
                 let before = index.len();
+                index.reserve(n);
                 for c in &owned {
                     index.insert_if_absent(c.id.0, c.bytes_on_disk);
                 }

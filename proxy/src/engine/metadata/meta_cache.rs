@@ -208,12 +208,17 @@ impl MetaCache {
     ///
     /// [`save`]: MetaCache::save
     pub fn load(&self, path: &Path) -> io::Result<usize> {
-        self.load_where(path, |_| true)
+        self.load_entries(path, None::<fn(&str) -> bool>)
     }
 
     /// [`MetaCache::load`] of the entries whose URL `keep` accepts; none replaces an entry of its
     /// URL verified more recently (another snapshot's, or one this slot just verified).
     pub fn load_where(&self, path: &Path, keep: impl Fn(&str) -> bool) -> io::Result<usize> {
+        self.load_entries(path, Some(keep))
+    }
+
+    /// [`MetaCache::load_where`]; every entry for `None` (room made for them all at once).
+    fn load_entries(&self, path: &Path, keep: Option<impl Fn(&str) -> bool>) -> io::Result<usize> {
         let bytes = std::fs::read(path)?;
         let invalid =
             |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {what}", path.display()));
@@ -229,6 +234,10 @@ impl MetaCache {
         let now_ms = unix_ms(SystemTime::now());
         let (now, mut loaded, mut fresh_loaded) = (Instant::now(), 0, 0);
         let mut cache = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if keep.is_none() {
+            cache.reserve(entries.len());
+        }
+        let keep = |url: &str| keep.as_ref().is_none_or(|keep| keep(url));
         for e in entries {
             let Some(age) = now_ms.checked_sub(e.verified_ms).map(Duration::from_millis) else { continue };
             // An expired entry's age past the TTL tells nothing more (and may reach back before

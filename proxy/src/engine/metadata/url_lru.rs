@@ -95,8 +95,8 @@ fn split(url: &str) -> (&str, &str) {
 }
 
 /// The hash a URL is found by, from its two parts.
-fn url_hash(prefix: &str, name: &str) -> u64 {
-    xxh3_64_with_seed(name.as_bytes(), xxh3_64(prefix.as_bytes()))
+fn url_hash(prefix: &str, name: &[u8]) -> u64 {
+    xxh3_64_with_seed(name, xxh3_64(prefix.as_bytes()))
 }
 
 pub struct UrlLru {
@@ -188,7 +188,21 @@ impl UrlLru {
             let n = &nodes[i as usize];
             names.get(n.name) == name.as_bytes() && dirs.prefix(n.dir) == prefix
         };
-        self.index.find(url_hash(prefix, name), is).copied()
+        self.index.find(url_hash(prefix, name.as_bytes()), is).copied()
+    }
+
+    /// Makes room for `more` entries (within the bound) at once: a load of many entries grows
+    /// the index once, not through every doubling (each hashing every URL held again).
+    pub fn reserve(&mut self, more: usize) {
+        let more = more.min(self.cap.get().saturating_sub(self.len));
+        if self.free == NONE {
+            self.nodes.reserve_exact(more);
+        }
+        let (nodes, dirs, names) = (&self.nodes, &self.dirs, &self.names);
+        self.index.reserve(more, |&j| {
+            let n = &nodes[j as usize];
+            url_hash(dirs.prefix(n.dir), names.get(n.name))
+        });
     }
 
     /// The metadata of `url` and how long ago it was verified, made the most recently used.
@@ -285,9 +299,9 @@ impl UrlLru {
         let (nodes, dirs, names) = (&self.nodes, &self.dirs, &self.names);
         let rehash = |&j: &u32| {
             let n = &nodes[j as usize];
-            url_hash(dirs.prefix(n.dir), names.get_str(n.name))
+            url_hash(dirs.prefix(n.dir), names.get(n.name))
         };
-        self.index.insert_unique(url_hash(prefix, name), i, rehash);
+        self.index.insert_unique(url_hash(prefix, name.as_bytes()), i, rehash);
         self.len += 1;
         self.link_front(i);
         true
@@ -307,7 +321,7 @@ impl UrlLru {
     fn remove(&mut self, i: u32) {
         self.unlink(i);
         let n = self.nodes[i as usize];
-        let hash = url_hash(self.dirs.prefix(n.dir), self.names.get_str(n.name));
+        let hash = url_hash(self.dirs.prefix(n.dir), self.names.get(n.name));
         self.index.find_entry(hash, |&j| j == i).expect("a held node is indexed").remove();
         self.names.free(n.name);
         self.dirs.release(n.dir);
