@@ -78,6 +78,16 @@ def drop_page_cache():
         f.write("3\n")
 
 
+def require_memarts(who):
+    """Fails at once when the Python package is not installed: a worker pool whose initializer
+    cannot import it starts new workers for ever."""
+    try:
+        import memarts  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(f"{who}: the memarts Python package is not installed ({e}): "
+                         "pip install ./shim/python (make bench does)")
+
+
 def _init():
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     import memarts as mox
@@ -223,6 +233,7 @@ def pool_epochs(base, endpoint, relay_stop, urls, crcs, total):
 def main():
     if os.geteuid() != 0:
         raise SystemExit("field_bench: run as root (the page cache is dropped before each timed epoch)")
+    require_memarts("field_bench")
     import boto3
 
     base = tempfile.mkdtemp(prefix="memarts-field-")

@@ -177,6 +177,7 @@ def memarts_side(base, data, paths, crcs, extra_env):
 def main():
     if os.geteuid() != 0:
         raise SystemExit("small_objects_bench needs root (it drops the page cache)")
+    field_bench.require_memarts("small_objects_bench")
     base = tempfile.mkdtemp(prefix="memarts-small-", dir=os.environ.get("BENCH_DIR", "/var/tmp"))
     res = {"machine": compare.machine(), "scale": "small" if SMALL_SCALE else "full", "objects": OBJECTS, "object_bytes": SIZE, "proxies": PROXIES,
            "settings": "defaults (start_proxy 2: one slot per core here), local origin on the cache's disk; "
