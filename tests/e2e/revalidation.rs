@@ -120,11 +120,14 @@ fn after_a_client_lists_the_dataset_its_expired_objects_are_read_with_no_origin_
     let (heads2, lists2) = heads_and_lists(&bucket);
     assert!(after_listing > lists, "the client's listing was not made");
     assert_eq!(heads2 - heads, 0, "HEADs after the client's listing");
+    // Every LIST after the client's was made ahead of the TTL. (One made ahead may also have
+    // listed while the client's listing ran, or be counted by its slot a moment after its LIST.)
+    std::thread::sleep(Duration::from_millis(300));
     let ahead = fleet.metric_total("refreshed_listings") as usize - ahead_before;
-    assert_eq!(
-        lists2 - after_listing - ahead,
-        0,
-        "LISTs besides the client's (and those made ahead of the TTL)"
+    assert!(
+        lists2 - after_listing <= ahead,
+        "LISTs besides the client's: {} after it, {ahead} made ahead of the TTL",
+        lists2 - after_listing
     );
     assert_eq!(moto().gets_settled(&bucket) - gets, 0, "GETs of a warm epoch");
 }
