@@ -201,22 +201,13 @@ impl Segments {
         let Some(lock) = files::lock(&dir)? else { return Ok(None) };
         let loaded = files::load(&dir, true, u32::MAX)?;
         let records = loaded.iter().map(|(_, _, entries)| entries.len()).sum();
-        let mut owned = Vec::with_capacity(records);
-        let mut state = State {
-            locs: RecordPlaces::new(0)?,
-            segs: BTreeMap::new(),
-            counts: HashMap::new(),
-            active: None,
-            next_seq: 0,
-            segment_bytes: MAX_SEGMENT,
-            live: 0,
-            reserve: Arc::new(AtomicU64::new(0)),
-        };
+        let (mut owned, mut segs, mut counts, mut next_seq) =
+            (Vec::with_capacity(records), BTreeMap::new(), HashMap::new(), 0);
         for (seq, file, entries) in loaded {
             let end = file.metadata()?.len();
-            state.segs.insert(seq, Seg { file: Arc::new(file), end, live: 0, appended: None });
-            state.counts.insert(seq, entries.len() as u64);
-            state.next_seq = seq.saturating_add(1);
+            segs.insert(seq, Seg { file: Arc::new(file), end, live: 0, appended: None });
+            counts.insert(seq, entries.len() as u64);
+            next_seq = seq.saturating_add(1);
             let records = entries.into_iter().filter(|e| owns(e.id));
             owned.extend(records.map(|e| (e.id, Loc { seq, offset: e.offset, len: e.record_len })));
         }
@@ -226,13 +217,23 @@ impl Segments {
         owned.reverse();
         owned.sort_by_key(|&(id, _)| (id as u64, (id >> 64) as u64));
         owned.dedup_by_key(|(id, _)| *id);
+        let mut live = 0;
         for &(_, loc) in &owned {
-            if let Some(seg) = state.segs.get_mut(&loc.seq) {
+            if let Some(seg) = segs.get_mut(&loc.seq) {
                 seg.live += taken(loc.len);
-                state.live += taken(loc.len);
+                live += taken(loc.len);
             }
         }
-        state.locs = RecordPlaces::filled(owned)?;
+        let state = State {
+            locs: RecordPlaces::filled(owned)?,
+            segs,
+            counts,
+            active: None,
+            next_seq,
+            segment_bytes: MAX_SEGMENT,
+            live,
+            reserve: Arc::new(AtomicU64::new(0)),
+        };
         state.changed();
         // The segments from here on hold this fleet's chunks only; those before, if the fleet had
         // another size, are read by the other slots for the chunks they now own.

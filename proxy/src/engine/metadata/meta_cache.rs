@@ -64,7 +64,7 @@ impl MetaCache {
     pub fn publish_at(&self, path: std::path::PathBuf) -> io::Result<()> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let mut publisher = Publisher::create(path, self.ttl.as_millis() as u64)?;
-        let count = self.fresh(&entries).count();
+        let count = self.fresh_count(&entries);
         if count > 0 {
             publisher.refill(count, self.fresh(&entries))?;
         }
@@ -85,6 +85,13 @@ impl MetaCache {
         })
     }
 
+    /// How many entries are fresh: what a table made for them must hold (counted without making
+    /// their keys, which [`MetaCache::fresh`] does).
+    fn fresh_count(&self, entries: &Entries) -> usize {
+        let now = Instant::now();
+        entries.iter().filter(|e| e.age(now) < self.ttl).count()
+    }
+
     /// Publishes `url` (under the entries' lock), growing the table when it is crowded.
     fn publish(&self, entries: &Entries, url: &str, meta: &ObjectMeta, verified_ms: u64) {
         let mut table = self.table();
@@ -101,7 +108,7 @@ impl MetaCache {
     fn republish(&self, entries: &Entries) {
         let mut table = self.table();
         let Some(publisher) = table.as_mut() else { return };
-        let count = self.fresh(entries).count();
+        let count = self.fresh_count(entries);
         if let Err(e) = publisher.refill(count, self.fresh(entries)) {
             tracing::warn!("the metadata table for local hits could not be made again: {e}");
         }

@@ -99,6 +99,11 @@ fn url_hash(prefix: &str, name: &[u8]) -> u64 {
     xxh3_64_with_seed(name, xxh3_64(prefix.as_bytes()))
 }
 
+/// [`url_hash`] of the URL a node holds.
+fn node_hash(dirs: &Dirs, names: &ByteArena, node: &Node) -> u64 {
+    url_hash(dirs.prefix(node.dir), names.get(node.name))
+}
+
 pub struct UrlLru {
     nodes: Vec<Node>,
     /// The first free node (NONE: none; the slab grows).
@@ -129,8 +134,7 @@ impl Held<'_> {
     /// The URL, written over what `url` held (no new string an entry).
     pub fn url_into(&self, url: &mut String) {
         url.clear();
-        url.push_str(self.lru.dirs.prefix(self.node.dir));
-        url.push_str(self.lru.names.get_str(self.node.name));
+        self.lru.push_url(self.node, url);
     }
 
     pub fn meta(&self) -> ObjectMeta {
@@ -178,7 +182,15 @@ impl UrlLru {
     }
 
     fn url_of(&self, node: &Node) -> String {
-        [self.dirs.prefix(node.dir), self.names.get_str(node.name)].concat()
+        let mut url = String::new();
+        self.push_url(node, &mut url);
+        url
+    }
+
+    /// Appends the URL `node` holds to `url`.
+    fn push_url(&self, node: &Node, url: &mut String) {
+        url.push_str(self.dirs.prefix(node.dir));
+        url.push_str(self.names.get_str(node.name));
     }
 
     fn find(&self, url: &str) -> Option<u32> {
@@ -199,10 +211,7 @@ impl UrlLru {
             self.nodes.reserve_exact(more);
         }
         let (nodes, dirs, names) = (&self.nodes, &self.dirs, &self.names);
-        self.index.reserve(more, |&j| {
-            let n = &nodes[j as usize];
-            url_hash(dirs.prefix(n.dir), names.get(n.name))
-        });
+        self.index.reserve(more, |&j| node_hash(dirs, names, &nodes[j as usize]));
     }
 
     /// The metadata of `url` and how long ago it was verified, made the most recently used.
@@ -297,10 +306,7 @@ impl UrlLru {
             }
         };
         let (nodes, dirs, names) = (&self.nodes, &self.dirs, &self.names);
-        let rehash = |&j: &u32| {
-            let n = &nodes[j as usize];
-            url_hash(dirs.prefix(n.dir), names.get(n.name))
-        };
+        let rehash = |&j: &u32| node_hash(dirs, names, &nodes[j as usize]);
         self.index.insert_unique(url_hash(prefix, name.as_bytes()), i, rehash);
         self.len += 1;
         self.link_front(i);
@@ -321,7 +327,7 @@ impl UrlLru {
     fn remove(&mut self, i: u32) {
         self.unlink(i);
         let n = self.nodes[i as usize];
-        let hash = url_hash(self.dirs.prefix(n.dir), self.names.get(n.name));
+        let hash = node_hash(&self.dirs, &self.names, &n);
         self.index.find_entry(hash, |&j| j == i).expect("a held node is indexed").remove();
         self.names.free(n.name);
         self.dirs.release(n.dir);
