@@ -16,7 +16,8 @@
 //!   the index a full segment leaves beside it, which a restart reads instead of every record;
 //!   [`packed_table`]: where a slot's packed records lie, published (on `seq_table.rs` too) so that
 //!   shims read them with no round trip.
-//! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables).
+//! - [`layout`]: the run directory's files (sockets, `fleet.json`, the tables); [`table_size`]: how
+//!   large a slot makes the tables it fills as it goes.
 //!
 //! The byte layouts are documented at the top of `chunk_file/format.rs`, `meta_table/mod.rs` and
 //! `resident_table.rs`, and frozen by `tests/golden.rs`. Chunk identity and ownership, URLs and the
@@ -32,3 +33,4 @@ pub mod segment;
 mod seq_table;
 mod seqlock;
 mod shared_file;
+pub mod table_size;

@@ -25,8 +25,8 @@
 //! ```text
 //! word      field
 //! 0         magic b"MAPACKT1"
-//! 1         layout version = 2
-//! 2         capacity: entries, a power of two
+//! 1         layout version = 3
+//! 2         capacity: entries
 //! 3         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 4..8      reserved, 0
 //! 8 + 5i    entry i, 5 words (40 bytes):
@@ -47,16 +47,16 @@ use crate::shared_file::SharedWords;
 
 /// Word 0 of every packed table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAPACKT1");
-/// The layout this code reads and writes (2: entries of 5 words, not 8).
-pub const VERSION: u64 = 2;
+/// The layout this code reads and writes (2: entries of 5 words, not 8; 3: two windows of 8
+/// places, any capacity).
+pub const VERSION: u64 = 3;
 /// Words before the first entry.
 pub const HEADER_WORDS: usize = 8;
 /// Words per entry.
 pub const ENTRY_WORDS: usize = 5;
-/// Places an entry may occupy, from its home place on: 32, as in the metadata table, so that a
-/// table fills to about half before a chunk first finds all its places taken (at 8, a quarter:
-/// the table grew twice as early).
-pub const PROBES: usize = 32;
+/// Places of each of an entry's two windows, as in the metadata table (`crate::seq_table`): a
+/// table fills to about 90% before a chunk first finds all its places taken.
+pub const PROBES: usize = 8;
 /// The largest chunk a slot packs (its `pack_max` is at most this): a shim looks for larger chunks
 /// as files only.
 pub const PACKED_MAX: u64 = 64 << 10;
@@ -77,6 +77,7 @@ static SHAPE: Shape = Shape {
     entry_words: ENTRY_WORDS,
     superseded: 3,
     probes: PROBES,
+    moves: true,
 };
 
 /// Where a packed chunk's record is.
@@ -112,7 +113,7 @@ pub enum Publish {
 pub enum PackedTableError {
     #[error("not a packed table (bad magic or layout version)")]
     NotATable,
-    #[error("the packed table's capacity {0} is not a power of two that fits its file")]
+    #[error("the packed table's capacity {0} does not fit its file")]
     BadCapacity(u64),
 }
 
@@ -133,8 +134,7 @@ pub struct PackedTable<'a> {
 }
 
 impl<'a> PackedTable<'a> {
-    /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
-    /// to a power of two.
+    /// Writes a header into `words`, all zero (a new file), for as many entries as fit.
     pub fn init(words: &'a [AtomicU64]) -> Result<PackedTable<'a>, PackedTableError> {
         Ok(PackedTable { table: SeqTable::init(words, &SHAPE, |_| {})? })
     }
@@ -232,7 +232,7 @@ pub struct PackedFile {
 }
 
 impl PackedFile {
-    /// A new, empty table of `capacity` entries (rounded down to a power of two) at `path`, 0600,
+    /// A new, empty table of `capacity` entries at `path`, 0600,
     /// replacing any older one.
     pub fn create(path: &Path, capacity: usize) -> io::Result<PackedFile> {
         let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {

@@ -31,8 +31,8 @@
 //! ```text
 //! word      field
 //! 0         magic b"MAPINTB1"
-//! 1         layout version = 1
-//! 2         capacity: entries, a power of two
+//! 1         layout version = 2
+//! 2         capacity: entries
 //! 3         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 4..8      reserved, 0
 //! 8..16     the owner lock: a process-shared robust mutex (glibc's pthread_mutex_t) the slot holds
@@ -58,13 +58,14 @@ use crate::shared_file::SharedWords;
 
 /// Word 0 of every resident table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAPINTB1");
-/// The layout this code reads and writes.
-pub const VERSION: u64 = 1;
+/// The layout this code reads and writes (2: two windows of places, any capacity).
+pub const VERSION: u64 = 2;
 /// Words before the first entry.
 pub const HEADER_WORDS: usize = 16;
 /// Words per entry.
 pub const ENTRY_WORDS: usize = 8;
-/// Places an entry may occupy, from its home place on.
+/// Places of each of an entry's two windows (`crate::seq_table`). Entries never move between
+/// them: readers add to an entry's read count, which a move could carry to another chunk.
 pub const PROBES: usize = 8;
 
 const OWNER: usize = 8;
@@ -93,6 +94,7 @@ static SHAPE: Shape = Shape {
     entry_words: ENTRY_WORDS,
     superseded: 3,
     probes: PROBES,
+    moves: false,
 };
 
 impl From<BadHeader> for ResidentTableError {
@@ -139,7 +141,7 @@ pub struct ResidentEntry {
 pub enum ResidentTableError {
     #[error("not a resident table (bad magic or layout version)")]
     NotATable,
-    #[error("the resident table's capacity {0} is not a power of two that fits its file")]
+    #[error("the resident table's capacity {0} does not fit its file")]
     BadCapacity(u64),
 }
 
@@ -150,8 +152,7 @@ pub struct ResidentTable<'a> {
 }
 
 impl<'a> ResidentTable<'a> {
-    /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
-    /// to a power of two. The owner lock is left for [`ResidentFile::create`] to set up.
+    /// Writes a header into `words`, all zero (a new file), for as many entries as fit. The owner lock is left for [`ResidentFile::create`] to set up.
     pub fn init(words: &'a [AtomicU64]) -> Result<ResidentTable<'a>, ResidentTableError> {
         Ok(ResidentTable { table: SeqTable::init(words, &SHAPE, |_| {})? })
     }
@@ -248,7 +249,7 @@ pub struct ResidentFile {
 }
 
 impl ResidentFile {
-    /// A new, empty table of `capacity` entries (rounded down to a power of two) at `path`, 0600,
+    /// A new, empty table of `capacity` entries at `path`, 0600,
     /// replacing any older one, with its owner lock set up (not held: [`ResidentFile::hold_owner_lock`]).
     pub fn create(path: &Path, capacity: usize) -> io::Result<ResidentFile> {
         let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {

@@ -15,8 +15,23 @@
 //! entry words 1, 2           key (low, high); both 0 for an entry withdrawn (or never written)
 //! ```
 //!
-//! An entry lives in one of `probes` consecutive places from `key % capacity`. Key 0 is never
-//! stored: it marks a free place.
+//! An entry lives in one of two windows of `probes` consecutive places (wrapping at the end), each
+//! from a home place of its own, taken from one half of the key (`homes`): a writer puts a new key
+//! in the window with more free places, at its first free place, so that a window holds its keys
+//! before its first never-written place and a reader's scan of a window stops there. With two
+//! choices, and a key moved to its other window to make room when both are full (where the table
+//! allows it: `Shape::moves`), a table fills to about 90% before a key first finds no place (one
+//! window of 32 places: about half), so it grows later and by less. The capacity is any number of
+//! entries (homes are spread over it by a multiply, not a mask). Key 0 is never stored: it marks a
+//! free place.
+//!
+//! The homes of key `lo | hi << 64` in a table of `capacity` entries, frozen by `tests/golden.rs`
+//! (arithmetic on 64-bit words, `mix(x, m)` the two halves of the 128-bit product `x * m` xored):
+//!
+//! ```text
+//! home 0 = (mix(lo ^ rotl(hi, 32), 0x9E37_79B9_7F4A_7C15) * capacity) >> 64
+//! home 1 = (mix(hi ^ rotl(lo, 32), 0xC2B2_AE3D_27D4_EB4F) * capacity) >> 64
+//! ```
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -32,11 +47,15 @@ pub(crate) struct Shape {
     pub entry_words: usize,
     /// The header word of the superseded flag.
     pub superseded: usize,
-    /// Places an entry may occupy, from its home place on.
+    /// Places of each of an entry's two windows.
     pub probes: usize,
+    /// Whether a writer may move an entry to its other window to make room (readers of a moving
+    /// entry may miss it once: a miss). Not in a table readers write to.
+    pub moves: bool,
 }
 
 /// Why words do not hold a table of a [`Shape`].
+#[derive(Debug)]
 pub(crate) enum BadHeader {
     NotATable,
     BadCapacity(u64),
@@ -75,8 +94,8 @@ pub(crate) struct SeqTable<'a> {
 }
 
 impl<'a> SeqTable<'a> {
-    /// Writes the header into `words` (all zero: a new file) for as many entries as fit, rounded
-    /// down to a power of two, with `own` writing the table's own header words before the magic
+    /// Writes the header into `words` (all zero: a new file) for as many entries as fit, with `own`
+    /// writing the table's own header words before the magic
     /// goes in last (a reader that sees it sees the rest).
     pub fn init(
         words: &'a [AtomicU64],
@@ -87,7 +106,7 @@ impl<'a> SeqTable<'a> {
         if fit == 0 {
             return Err(BadHeader::BadCapacity(0));
         }
-        let capacity = 1usize << fit.ilog2();
+        let capacity = fit;
         words[1].store(shape.version, Ordering::Relaxed);
         words[2].store(capacity as u64, Ordering::Relaxed);
         own(words);
@@ -109,7 +128,7 @@ impl<'a> SeqTable<'a> {
             .and_then(|c| c.checked_mul(shape.entry_words))
             .and_then(|w| w.checked_add(shape.header_words))
             .is_some_and(|w| w <= words.len());
-        if !capacity.is_power_of_two() || !fits {
+        if capacity == 0 || !fits {
             return Err(BadHeader::BadCapacity(capacity));
         }
         Ok(SeqTable { words, capacity: capacity as usize, shape })
@@ -136,14 +155,39 @@ impl<'a> SeqTable<'a> {
 
     /// The words of the entry at `place` (modulo the capacity).
     pub fn entry(&self, place: usize) -> &'a [AtomicU64] {
-        let start = self.shape.header_words + (place & (self.capacity - 1)) * self.shape.entry_words;
+        let start = self.shape.header_words + (place % self.capacity) * self.shape.entry_words;
         &self.words[start..start + self.shape.entry_words]
     }
 
-    /// The places `key` may occupy, from its home place on.
+    /// The home places of `key`'s two windows: each from a hash of one half of the key mixed with
+    /// the other (keys are hashes, but tests' and hand-made ones are small numbers), spread over
+    /// the capacity by a multiply.
+    fn homes(&self, key: u128) -> [usize; 2] {
+        let (lo, hi) = (key as u64, (key >> 64) as u64);
+        [mix(lo ^ hi.rotate_left(32), HOME_SEEDS[0]), mix(hi ^ lo.rotate_left(32), HOME_SEEDS[1])]
+            .map(|h| ((u128::from(h) * self.capacity as u128) >> 64) as usize)
+    }
+
+    /// The places of the window from `home` on.
+    fn window(&self, home: usize) -> impl Iterator<Item = usize> + '_ {
+        let capacity = self.capacity;
+        (0..self.shape.probes.min(capacity)).map(move |i| {
+            if home + i < capacity {
+                home + i
+            } else {
+                home + i - capacity
+            }
+        })
+    }
+
+    /// Whether `place` is in the window from `home` on.
+    fn in_window(&self, home: usize, place: usize) -> bool {
+        (place + self.capacity - home) % self.capacity < self.shape.probes.min(self.capacity)
+    }
+
+    /// Every place `key` may occupy: its first window's, then its second's.
     fn places(&self, key: u128) -> impl Iterator<Item = usize> + '_ {
-        let home = key as usize;
-        (0..self.shape.probes.min(self.capacity)).map(move |i| home.wrapping_add(i) & (self.capacity - 1))
+        self.homes(key).into_iter().flat_map(move |home| self.window(home))
     }
 
     /// The writer's view of the key at `place` (it is the only writer, so no sequence check is
@@ -165,15 +209,18 @@ impl<'a> SeqTable<'a> {
         if key == 0 {
             return None;
         }
-        for place in self.places(key) {
-            match seqlock::read(self.entry(place), |e| (key_of(e), read(e)))? {
-                seqlock::Read::Never => return None,
-                seqlock::Read::Holds((found, raw), seq) if found == key => {
-                    if let Some(fields) = decode(raw) {
-                        return Some(Found { fields, place, seq });
+        for home in self.homes(key) {
+            for place in self.window(home) {
+                match seqlock::read(self.entry(place), |e| (key_of(e), read(e)))? {
+                    // A window's keys lie before its first place never written.
+                    seqlock::Read::Never => break,
+                    seqlock::Read::Holds((found, raw), seq) if found == key => {
+                        if let Some(fields) = decode(raw) {
+                            return Some(Found { fields, place, seq });
+                        }
                     }
+                    seqlock::Read::Holds(..) => {}
                 }
-                seqlock::Read::Holds(..) => {}
             }
         }
         None
@@ -200,50 +247,90 @@ impl<'a> SeqTable<'a> {
         seqlock::unchanged(self.entry(place), seq)
     }
 
-    /// The place `key` is to be written at: its own entry, else the first free place, else (with
-    /// `evict_by`, an entry word) the one whose word is least, else none. Single writer.
+    /// The place `key` is to be written at: its own entry, else the first free place of the window
+    /// with more free places, else one made free by moving another key to its other window (if the
+    /// table allows it), else (with `evict_by`, an entry word) the one whose word is least, else
+    /// none. Single writer.
     pub fn claim(&self, key: u128, evict_by: Option<usize>) -> Option<(usize, Claim)> {
         if key == 0 {
             return None;
         }
-        let mut free = None;
+        let homes = self.homes(key);
+        let (mut first_free, mut free) = ([None; 2], [0; 2]);
         let mut least: Option<(u64, usize)> = None;
-        for place in self.places(key) {
-            match self.key_at(place) {
-                found if found == key => return Some((place, Claim::Own)),
-                0 => {
-                    free.get_or_insert(place);
-                }
-                _ => {
-                    if let Some(word) = evict_by {
-                        let value = self.entry(place)[word].load(Ordering::Relaxed);
-                        if least.is_none_or(|(at, _)| value < at) {
-                            least = Some((value, place));
+        for (w, &home) in homes.iter().enumerate() {
+            for place in self.window(home) {
+                match self.key_at(place) {
+                    found if found == key => return Some((place, Claim::Own)),
+                    0 => {
+                        first_free[w].get_or_insert(place);
+                        free[w] += 1;
+                    }
+                    _ => {
+                        if let Some(word) = evict_by {
+                            let value = self.entry(place)[word].load(Ordering::Relaxed);
+                            if least.is_none_or(|(at, _)| value < at) {
+                                least = Some((value, place));
+                            }
                         }
                     }
                 }
             }
         }
-        match (free, least) {
-            (Some(place), _) => Some((place, Claim::Free)),
-            (None, Some((_, place))) => Some((place, Claim::Displaced)),
-            (None, None) => None,
+        if let Some(place) = first_free[usize::from(free[1] > free[0])] {
+            return Some((place, Claim::Free));
         }
+        if let Some(place) = self.make_room(homes) {
+            return Some((place, Claim::Free));
+        }
+        least.map(|(_, place)| (place, Claim::Displaced))
     }
 
     /// [`SeqTable::claim`] for a key the table does not hold (a new table being filled from
-    /// distinct keys): the first free place, without looking at the places after it for the key's
-    /// own entry, which a claim must (a withdrawn entry leaves a free place before it). A table is
-    /// filled this way at every start and every growth: from the one place most keys need, not the
-    /// `probes` a claim reads (32 entries of 128 bytes in the metadata table: 4 KiB). Single writer.
+    /// distinct keys): a free place as a claim finds it, without looking for the key's own entry,
+    /// which a claim must. Single writer.
     pub fn claim_vacant(&self, key: u128, evict_by: Option<usize>) -> Option<(usize, Claim)> {
         if key == 0 {
             return None;
         }
-        match self.places(key).find(|&place| self.key_at(place) == 0) {
+        let [a, b] = self.homes(key).map(|home| {
+            let mut free = self.window(home).filter(|&place| self.key_at(place) == 0);
+            let first = free.next();
+            (first, first.map_or(0, |_| 1 + free.count()))
+        });
+        match if b.1 > a.1 { b.0 } else { a.0 } {
             Some(place) => Some((place, Claim::Free)),
             None => self.claim(key, evict_by),
         }
+    }
+
+    /// Frees a place of the windows from `homes` by moving the key there to the first free place of
+    /// its other window (written there before it goes from here, so that a reader that scans its
+    /// windows in order and is not overtaken finds it in one of them); `None` if no key there can
+    /// move, or the table allows no move. Single writer.
+    fn make_room(&self, homes: [usize; 2]) -> Option<usize> {
+        if !self.shape.moves {
+            return None;
+        }
+        let places = homes.into_iter().flat_map(|home| self.window(home));
+        places.into_iter().find(|&place| {
+            let key = self.key_at(place);
+            let [a, b] = self.homes(key);
+            let other = match (self.in_window(a, place), self.in_window(b, place)) {
+                (true, false) => b,
+                (false, true) => a,
+                _ => return false,
+            };
+            let Some(to) = self.window(other).find(|&p| self.key_at(p) == 0) else { return false };
+            let from = self.entry(place);
+            self.write(to, key, |e| {
+                for word in KEY_HI + 1..self.shape.entry_words {
+                    e[word].store(from[word].load(Ordering::Relaxed), Ordering::Relaxed);
+                }
+            });
+            self.write(place, 0, |_| {});
+            true
+        })
     }
 
     /// Writes `key` and what `fields` stores (`Relaxed`) into the entry at `place`, under its
@@ -270,7 +357,20 @@ impl<'a> SeqTable<'a> {
     }
 }
 
+/// Odd multipliers of the two homes' hashes.
+const HOME_SEEDS: [u64; 2] = [0x9E37_79B9_7F4A_7C15, 0xC2B2_AE3D_27D4_EB4F];
+
+/// `x` spread by a multiply, folded.
+fn mix(x: u64, seed: u64) -> u64 {
+    let m = u128::from(x) * u128::from(seed);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
 fn key_of(entry: &[AtomicU64]) -> u128 {
     u128::from(entry[KEY_LO].load(Ordering::Relaxed))
         | u128::from(entry[KEY_HI].load(Ordering::Relaxed)) << 64
 }
+
+#[cfg(test)]
+#[path = "seq_table_tests.rs"]
+mod tests;

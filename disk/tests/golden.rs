@@ -101,24 +101,25 @@ fn meta_table_header_and_entry_words() {
     let w = words(meta_table::table_len(16));
     let table = MetaTable::init(&w, 60_000).unwrap();
     let magic = u64::from_le_bytes(*b"MAMETAT1");
-    assert_eq!(loaded(&w[..8]), [magic, 3, 16, 60_000, 0, 0, 0, 0]);
+    assert_eq!(loaded(&w[..8]), [magic, 4, 16, 60_000, 0, 0, 0, 0]);
     table.mark_superseded();
     assert_eq!(w[4].load(Ordering::Relaxed), 1, "word 4: superseded");
-    // Key 5 (low) | 7 (high): home place 5, entry i at word 8 + 8i. An ETag of no other form, as it
-    // is (form 5, its length in the argument).
+    // Key 5 (low) | 7 (high): homes 9 and 1 of 16 (`seq_table.rs`), both windows free, so the
+    // first's first place; entry i at word 8 + 8i. An ETag of no other form, as it is (form 5, its
+    // length in the argument).
     let key = 7u128 << 64 | 5;
     let published =
         Published { size: 300, etag: "\"abcdefghi\"".into(), last_modified_ms: -2, verified_ms: 1234 };
     table.publish(key, &published);
     let etag = [u64::from_le_bytes(*b"\"abcdefg"), u64::from_le_bytes([b'h', b'i', b'"', 0, 0, 0, 0, 0])];
-    let entry = 8 + 8 * 5;
+    let entry = 8 + 8 * 9;
     let want = [2, 5, 7, 300, 1234 << 20 | 5 << 16 | 11, (-2i64) as u64, etag[0], etag[1]];
     assert_eq!(loaded(&w[entry..entry + 8]), want);
-    // A quoted MD5 (form 2): its 16 bytes.
+    // A quoted MD5 (form 2): its 16 bytes. Key 6 | 7: homes 3 and 4.
     let key = 7u128 << 64 | 6;
     let md5 = "\"000102030405060708090a0b0c0d0e0f\"";
     table.publish(key, &Published { size: 1, etag: md5.into(), last_modified_ms: 0, verified_ms: 9 });
-    let entry = 8 + 8 * 6;
+    let entry = 8 + 8 * 3;
     let want = [2, 6, 7, 1, 9 << 20 | 2 << 16, 0, 0x0706_0504_0302_0100, 0x0f0e_0d0c_0b0a_0908];
     assert_eq!(loaded(&w[entry..entry + 8]), want);
     // The same through a file: a fresh table's first words.
@@ -126,9 +127,9 @@ fn meta_table_header_and_entry_words() {
     let path = dir.path().join("meta-0.table");
     let _file = TableFile::create(&path, 100, 5000).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes.len(), meta_table::table_len(100), "sized as asked; 64 entries of it used");
+    assert_eq!(bytes.len(), meta_table::table_len(100), "sized as asked");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
-    assert_eq!(head, [magic, 3, 64, 5000, 0, 0, 0, 0]);
+    assert_eq!(head, [magic, 4, 100, 5000, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -136,14 +137,14 @@ fn resident_table_header_and_entry_words() {
     let w = words(resident_table::table_len(16));
     let table = ResidentTable::init(&w).unwrap();
     let magic = u64::from_le_bytes(*b"MAPINTB1");
-    assert_eq!(loaded(&w[..16]), [magic, 1, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(loaded(&w[..16]), [magic, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     table.mark_superseded();
     assert_eq!(w[3].load(Ordering::Relaxed), 1, "word 3: superseded");
-    // Id 3 (low) | 9 (high): home place 3, entry i at word 16 + 8i.
+    // Id 3 (low) | 9 (high): homes 5 and 4, entry i at word 16 + 8i.
     let id = 9u128 << 64 | 3;
     let stamp = Stamp { ino: 77, size: 8192, mtime_ns: 1_000, ctime_ns: -1 };
-    assert_eq!(table.insert(id, stamp), Some(3));
-    let entry = 16 + 8 * 3;
+    assert_eq!(table.insert(id, stamp), Some(5));
+    let entry = 16 + 8 * 5;
     assert_eq!(loaded(&w[entry..entry + 8]), [2, 3, 9, 77, 8192, 1_000, u64::MAX, 0]);
     let found = table.lookup(id).unwrap();
     table.note_read(&found);
@@ -155,9 +156,9 @@ fn resident_table_header_and_entry_words() {
     let path = dir.path().join("resident-0.table");
     let _file = ResidentFile::create(&path, 100).unwrap();
     let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(bytes.len(), resident_table::table_len(100), "sized as asked; 64 entries of it used");
+    assert_eq!(bytes.len(), resident_table::table_len(100), "sized as asked");
     let head: Vec<u64> = bytes[..64].chunks(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
-    assert_eq!(head, [magic, 1, 64, 0, 0, 0, 0, 0]);
+    assert_eq!(head, [magic, 2, 100, 0, 0, 0, 0, 0]);
 }
 
 #[test]
@@ -165,13 +166,13 @@ fn packed_table_header_and_entry_words() {
     let w = words(packed_table::table_len(16));
     let table = PackedTable::init(&w).unwrap();
     let magic = u64::from_le_bytes(*b"MAPACKT1");
-    assert_eq!(loaded(&w[..8]), [magic, 2, 16, 0, 0, 0, 0, 0]);
+    assert_eq!(loaded(&w[..8]), [magic, 3, 16, 0, 0, 0, 0, 0]);
     table.mark_superseded();
     assert_eq!(w[3].load(Ordering::Relaxed), 1, "word 3: superseded");
-    // Chunk id 5 (low) | 7 (high): home place 5, entry i at word 8 + 5i.
+    // Chunk id 5 (low) | 7 (high): homes 9 and 1, entry i at word 8 + 5i.
     let id = 7u128 << 64 | 5;
     table.publish(id, RecordPlace { segment: 0x2a, offset: 0x1234_5678, len: 4160 });
-    let entry = 8 + 5 * 5;
+    let entry = 8 + 5 * 9;
     assert_eq!(loaded(&w[entry..entry + 5]), [2, 5, 7, 4160 << 32 | 0x2a, 0x1234_5678]);
 }
 

@@ -13,7 +13,7 @@ pub struct TableFile {
 }
 
 impl TableFile {
-    /// A new, empty table of `capacity` entries (rounded down to a power of two) at `path`, 0600,
+    /// A new, empty table of `capacity` entries at `path`, 0600,
     /// replacing any older one; the file is sparse, so only the pages entries land on take room.
     pub fn create(path: &Path, capacity: usize, ttl_ms: u64) -> io::Result<TableFile> {
         let words = SharedWords::create(path, table_len(capacity.max(1)), |w| {
@@ -56,7 +56,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("meta-0.table");
         let writer = TableFile::create(&path, 1000, 5000).unwrap();
-        assert_eq!(writer.table().capacity(), 512);
+        assert_eq!(writer.table().capacity(), 1000);
         let reader = TableFile::open(&path).unwrap();
         let k = url_key("s3://b/k");
         let p = Published { size: 7, etag: "\"e\"".into(), last_modified_ms: 3, verified_ms: 1 };

@@ -16,8 +16,8 @@
 //! ```text
 //! word      field
 //! 0         magic b"MAMETAT1"
-//! 1         layout version = 3
-//! 2         capacity: entries, a power of two
+//! 1         layout version = 4
+//! 2         capacity: entries
 //! 3         ttl_ms: how long an entry is trusted after its verification
 //! 4         superseded: 1 once the slot put a newer table in this one's place, else 0
 //! 5..8      reserved, 0
@@ -35,8 +35,10 @@
 //!
 //! An ETag of none of those forms is not published (its object's reads take the proxy).
 //!
-//! An entry lives in one of [`PROBES`] consecutive places from `key % capacity`; a writer takes the
-//! URL's own place, else a free one, else the least recently verified one of those places.
+//! An entry lives in one of two windows of [`PROBES`] consecutive places, each from a home place
+//! taken from the key; a writer takes the URL's own place, else a free one (moving another entry
+//! to its other window to make one if it must), else the least recently verified one of those
+//! places.
 //! (The header, the seqlocked entries and the probing are every shared table's: `crate::seq_table`.)
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,16 +52,16 @@ pub use file::TableFile;
 /// Word 0 of every table.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"MAMETAT1");
 /// The layout this code reads and writes (2: entries probed over 32 places, not 8; 3: entries of
-/// 8 words, the ETag in 16 bytes).
-pub const VERSION: u64 = 3;
+/// 8 words, the ETag in 16 bytes; 4: two windows of 8 places, any capacity).
+pub const VERSION: u64 = 4;
 /// Words before the first entry.
 pub const HEADER_WORDS: usize = 8;
 /// Words per entry.
 pub const ENTRY_WORDS: usize = 8;
-/// Places an entry may occupy, from its home place on: enough that a table fills to about half
-/// before a new entry first finds all its places taken (at 8, a quarter: the table grew twice as
-/// early, and took twice the memory per object).
-pub const PROBES: usize = 32;
+/// Places of each of an entry's two windows (`crate::seq_table`): with entries moved between
+/// their windows, a table fills to about 90% before a new entry first finds all its places taken,
+/// and a reader looks at 16 places at most (one window of 32 places filled to about half).
+pub const PROBES: usize = 8;
 
 /// Header word of the TTL.
 const TTL: usize = 3;
@@ -71,6 +73,7 @@ static SHAPE: Shape = Shape {
     entry_words: ENTRY_WORDS,
     superseded: 4,
     probes: PROBES,
+    moves: true,
 };
 
 impl From<BadHeader> for TableError {
@@ -154,7 +157,7 @@ pub enum Publish {
 pub enum TableError {
     #[error("not a metadata table (bad magic or layout version)")]
     NotATable,
-    #[error("the table's capacity {0} is not a power of two that fits its file")]
+    #[error("the table's capacity {0} does not fit its file")]
     BadCapacity(u64),
 }
 
@@ -166,8 +169,7 @@ pub struct MetaTable<'a> {
 }
 
 impl<'a> MetaTable<'a> {
-    /// Writes a header into `words`, all zero (a new file), for as many entries as fit, rounded down
-    /// to a power of two.
+    /// Writes a header into `words`, all zero (a new file), for as many entries as fit.
     pub fn init(words: &'a [AtomicU64], ttl_ms: u64) -> Result<MetaTable<'a>, TableError> {
         let table = SeqTable::init(words, &SHAPE, |w| w[TTL].store(ttl_ms, Ordering::Relaxed))?;
         Ok(MetaTable { table, ttl_ms })
@@ -346,8 +348,8 @@ mod tests {
         let w = words(8);
         assert_eq!(MetaTable::open(&w).err(), Some(TableError::NotATable));
         MetaTable::init(&w, 1).unwrap();
-        w[2].store(3, Ordering::Relaxed);
-        assert_eq!(MetaTable::open(&w).err(), Some(TableError::BadCapacity(3)));
+        w[2].store(0, Ordering::Relaxed);
+        assert_eq!(MetaTable::open(&w).err(), Some(TableError::BadCapacity(0)));
         w[2].store(1 << 40, Ordering::Relaxed);
         assert_eq!(MetaTable::open(&w).err(), Some(TableError::BadCapacity(1 << 40)));
         assert!(MetaTable::init(&w[..4], 1).is_err());

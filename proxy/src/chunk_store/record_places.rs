@@ -10,8 +10,8 @@
 //! its segment file is unlinked.
 //!
 //! The table grows with what it holds, as the metadata table does (`meta_publisher.rs`): made
-//! again at twice the size from every record's place once half full (or once a chunk found no
-//! place), renamed over the old one, which is then marked superseded (a reader of it takes what it
+//! again half as large again from every record's place once 7/8 full (or once a chunk found no
+//! place: `memarts_disk::table_size`), renamed over the old one, which is then marked superseded (a reader of it takes what it
 //! read from it as a miss, and maps the new one). A record the largest table has no place for, or
 //! that a table that could not be made again has none for, is kept in a map beside it: shims read
 //! it through the slot.
@@ -26,10 +26,11 @@ use std::path::PathBuf;
 
 use memarts_disk::chunk_file::format::MAX_IDENTITY_LEN;
 use memarts_disk::packed_table::{PackedFile, Publish, RecordPlace, PACKED_MAX};
+use memarts_disk::table_size;
 
-/// Entries of a new table: 160 KiB, sparse.
+/// Entries of a new table: 160 KiB.
 pub const FIRST_ENTRIES: usize = 1 << 12;
-/// Entries of the largest table: 640 MiB, sparse (eight million packed chunks per slot).
+/// Entries of the largest table: 640 MiB (up to 14 million packed chunks per slot).
 pub const MAX_ENTRIES: usize = 1 << 24;
 
 /// No record is longer: its head, identity and data, padded.
@@ -132,8 +133,8 @@ impl RecordPlaces {
         if self.overflow.remove(&id).is_some() || !self.put(id, loc) {
             self.overflow.insert(id, loc);
         }
-        if self.held * 2 > self.capacity() && self.can_grow() {
-            self.remake(self.capacity() * 2, self.path.clone());
+        if table_size::crowded(self.held, self.capacity()) && self.can_grow() {
+            self.remake(table_size::grown(self.capacity()), self.path.clone());
         }
         old
     }
@@ -144,7 +145,8 @@ impl RecordPlaces {
             Publish::Added => self.held += 1,
             Publish::Updated => {}
             Publish::Full if self.can_grow() => {
-                return self.remake(self.capacity() * 2, self.path.clone()) && self.put(id, loc);
+                return self.remake(table_size::grown(self.capacity()), self.path.clone())
+                    && self.put(id, loc);
             }
             Publish::Full => return false,
         }
@@ -219,9 +221,9 @@ impl RecordPlaces {
     }
 }
 
-/// Entries of a table for `records`: at most half full.
+/// Entries of a table for `records` (`table_size::holding`).
 fn capacity_for(records: usize) -> usize {
-    (records * 2).next_power_of_two().clamp(FIRST_ENTRIES, MAX_ENTRIES)
+    table_size::holding(records).clamp(FIRST_ENTRIES, MAX_ENTRIES)
 }
 
 #[cfg(test)]
@@ -239,7 +241,11 @@ mod tests {
         for i in 1..=n {
             assert_eq!(places.insert(u128::from(i) << 64 | 1, loc(i)), None);
         }
-        assert!(places.capacity() >= 2 * n as usize, "grew to {}", places.capacity());
+        let capacity = places.capacity();
+        assert!(
+            !table_size::crowded(n as usize, capacity) && capacity < 2 * n as usize,
+            "grew to {capacity}"
+        );
         for i in (1..=n).step_by(3) {
             assert_eq!(places.insert(u128::from(i) << 64 | 1, loc(i + 1)), Some(loc(i)));
         }

@@ -1,23 +1,22 @@
 //! The slot's metadata table for local hits (`memarts_disk::meta_table`), kept in step with the
 //! metadata cache (`meta_cache.rs`, whose lock serializes every write here: the table has one writer).
 //!
-//! The table grows with what it holds: it starts small, and once half full (or once an entry had
-//! to displace another) it is made again at twice the size from the cache's fresh entries, and
-//! renamed over the old one, which is then marked superseded (shims map the new file at their next
-//! read, and the old mapping stays valid meanwhile). Entries land at random places, so a table
-//! much larger than its contents would touch a page of memory per object; this keeps it at 256 to
-//! 512 bytes per object (128-byte entries, a quarter to a half of them used: an entry may take
-//! any of 32 places from its own, so the first displacement comes near half full).
+//! The table grows with what it holds: it starts small, and once 7/8 full (or once an entry had to
+//! displace another) it is made again half as large again from the cache's fresh entries
+//! (`memarts_disk::table_size`), and renamed over the old one, which is then marked superseded
+//! (shims map the new file at their next read, and the old mapping stays valid meanwhile): 73 to
+//! 110 bytes per object (64-byte entries, 58% to 7/8 of them used).
 
 use std::io;
 use std::path::PathBuf;
 
 use memarts_disk::meta_table::{url_key, Entry, Publish, Published, TableFile};
+use memarts_disk::table_size;
 use memarts_protocol::ObjectMeta;
 
 /// Entries of a new table: 512 KiB.
 pub const FIRST_ENTRIES: usize = 1 << 12;
-/// Entries of the largest table: 128 MiB (a million objects per slot).
+/// Entries of the largest table: 64 MiB (about 900,000 objects per slot).
 pub const MAX_ENTRIES: usize = 1 << 20;
 
 pub struct Publisher {
@@ -53,7 +52,7 @@ impl Publisher {
         if how == Publish::Added {
             self.held += 1;
         }
-        let crowded = how == Publish::Displaced || self.held * 2 > self.capacity();
+        let crowded = how == Publish::Displaced || table_size::crowded(self.held, self.capacity());
         crowded && self.capacity() < MAX_ENTRIES
     }
 
@@ -63,10 +62,10 @@ impl Publisher {
         }
     }
 
-    /// Makes the table again at twice its size with `entries` (each under its URL's key, distinct),
+    /// Makes the table again, larger (`table_size::grown`), with `entries` (each under its URL's key, distinct),
     /// and puts it in place of the old one. On failure the old table stays as it is.
     pub fn grow(&mut self, entries: impl Iterator<Item = (u128, Entry)>) -> io::Result<()> {
-        self.remake(self.capacity() * 2, entries)
+        self.remake(table_size::grown(self.capacity()), entries)
     }
 
     /// Makes the table again with `entries`, `count` of them, at the size that holds them without
@@ -74,8 +73,7 @@ impl Publisher {
     /// the growths that one at a time would take (each a new file, filled again): with 50,000
     /// fresh entries a slot, those took a third of a 2-slot fleet's restart (its CPU time).
     pub fn refill(&mut self, count: usize, entries: impl Iterator<Item = (u128, Entry)>) -> io::Result<()> {
-        let fits = count.saturating_mul(2).next_power_of_two();
-        self.remake(fits.max(self.capacity()), entries)
+        self.remake(table_size::holding(count).max(self.capacity()), entries)
     }
 
     /// A new table of `capacity` entries (at most [`MAX_ENTRIES`]) holding `entries`, in place of
@@ -131,7 +129,7 @@ mod tests {
         let urls: Vec<String> = (0..n as u64).map(|i| format!("s3://b/{i}")).collect();
         let metas: Vec<ObjectMeta> = (0..n as u64).map(meta).collect();
         p.refill(n, urls.iter().zip(&metas).map(|(u, m)| (url_key(u), entry(m, 7).unwrap()))).unwrap();
-        assert_eq!(p.capacity(), (2 * n).next_power_of_two(), "no growth left for these entries");
+        assert_eq!(p.capacity(), table_size::holding(n), "no growth left for these entries");
         // Published as any entry is from now on: the same URL updated in place, not twice.
         assert!(!p.publish(&urls[0], &meta(99), 8));
         let reader = TableFile::open(&path).unwrap();
@@ -159,7 +157,11 @@ mod tests {
                 grew += 1;
             }
         }
-        assert!(grew >= 1 && p.capacity() >= 2 * FIRST_ENTRIES, "grew {grew} times to {}", p.capacity());
+        let capacity = p.capacity();
+        assert!(
+            grew >= 1 && !table_size::crowded(FIRST_ENTRIES, capacity),
+            "grew {grew} times to {capacity}"
+        );
         let reader = TableFile::open(&path).unwrap();
         assert!(first.table().superseded(), "a reader of the first table is told a newer one is in place");
         assert!(!reader.table().superseded());
