@@ -244,12 +244,18 @@ fn start_proxy_says_which_slot_failed_and_why() {
 /// `n` objects `o0..` of about `chunks` chunks each in a new bucket: (bucket, contents).
 fn put_objects(hint: &str, n: u64, chunks: usize, seed: u64) -> (String, Vec<Vec<u8>>) {
     let bucket = moto().bucket(hint);
+    let objects = put_objects_in(&bucket, n, chunks, seed);
+    (bucket, objects)
+}
+
+/// [`put_objects`] into `bucket`.
+fn put_objects_in(bucket: &str, n: u64, chunks: usize, seed: u64) -> Vec<Vec<u8>> {
     let objects: Vec<Vec<u8>> =
         (0..n).map(|i| pattern(seed + i, chunks * CS as usize + i as usize)).collect();
     for (i, o) in objects.iter().enumerate() {
-        moto().put(&bucket, &format!("o{i}"), o);
+        moto().put(bucket, &format!("o{i}"), o);
     }
-    (bucket, objects)
+    objects
 }
 
 /// A client of `fleet` whose calls give up after `deadline`.
@@ -282,7 +288,15 @@ fn a_client_that_outlives_a_restart_reconnects_at_once() {
 
 #[test]
 fn a_client_that_outlives_a_shrinking_restart_is_rerouted() {
-    let (bucket, objects) = put_objects("shrink", 8, 3, 60);
+    // At least 8 objects, and as many more as it takes for one's first chunk to be owned by slot 2
+    // or 3 of 4 (the bucket's name is new each run, and so are the owners).
+    let bucket = moto().bucket("shrink");
+    let owner = |i: u64| {
+        let url = memarts_protocol::ObjectUrl::parse(&format!("s3://{bucket}/o{i}")).unwrap();
+        memarts_protocol::chunk_owner(&url, CS, 0, 4)
+    };
+    let gone = (0..).find(|&i| owner(i) >= 2).expect("some object's first chunk is owned by slot 2 or 3");
+    let objects = put_objects_in(&bucket, gone.max(7) + 1, 3, 60);
     let fleet = Fleet::start(4, &[]);
     let client = client_with_deadline(&fleet, Duration::from_secs(3));
     let read_all = || (0..objects.len()).for_each(|i| read_checked(&client, &bucket, &objects, i));
@@ -292,12 +306,7 @@ fn a_client_that_outlives_a_shrinking_restart_is_rerouted() {
     fleet.start_proxy(2);
     // The first call after the restart is routed (by the old size) to slot 2 or 3, which no longer
     // exist: it goes to a slot that does, at once, instead of waiting for a slot that never returns.
-    let gone = (0..objects.len())
-        .find(|i| {
-            let url = memarts_protocol::ObjectUrl::parse(&format!("s3://{bucket}/o{i}")).unwrap();
-            memarts_protocol::chunk_owner(&url, CS, 0, 4) >= 2
-        })
-        .expect("an object whose first chunk an old slot 2 or 3 owned");
+    let gone = gone as usize;
     read_checked(&client, &bucket, &objects, gone);
     read_all();
     assert_eq!(client.slots(), 2);
