@@ -287,20 +287,22 @@ impl<'a> SeqTable<'a> {
     }
 
     /// [`SeqTable::claim`] for a key the table does not hold (a new table being filled from
-    /// distinct keys): a free place as a claim finds it, without looking for the key's own entry,
-    /// which a claim must. Single writer.
+    /// distinct keys, at every start and every growth): the window whose first free place comes
+    /// first, read up to that place only, not for the key's own entry nor for every free place,
+    /// which a claim reads both windows through for (in a table filled this way, with nothing
+    /// withdrawn, a window's keys lie before its first free place: that place says how full it
+    /// is). Reading all 16 took 19% of a 2-slot fleet's CPU samples in its restart over 1,000,000
+    /// objects. Single writer.
     pub fn claim_vacant(&self, key: u128, evict_by: Option<usize>) -> Option<(usize, Claim)> {
         if key == 0 {
             return None;
         }
-        let [a, b] = self.homes(key).map(|home| {
-            let mut free = self.window(home).filter(|&place| self.key_at(place) == 0);
-            let first = free.next();
-            (first, first.map_or(0, |_| 1 + free.count()))
-        });
-        match if b.1 > a.1 { b.0 } else { a.0 } {
-            Some(place) => Some((place, Claim::Free)),
-            None => self.claim(key, evict_by),
+        let [a, b] =
+            self.homes(key).map(|home| self.window(home).enumerate().find(|&(_, p)| self.key_at(p) == 0));
+        match (a, b) {
+            (Some((i, place)), Some((j, _))) if i <= j => Some((place, Claim::Free)),
+            (_, Some((_, place))) | (Some((_, place)), None) => Some((place, Claim::Free)),
+            (None, None) => self.claim(key, evict_by),
         }
     }
 

@@ -57,6 +57,21 @@ fn a_table_fills_to_about_ninety_percent_with_moves_and_every_key_is_found() {
     }
 }
 
+/// A new table filled from distinct keys (a start, a growth) to 7/8, each key placed by the first
+/// free place of its windows: every key goes in, and is found.
+#[test]
+fn a_new_table_filled_with_vacant_claims_takes_every_key_to_seven_eighths() {
+    let capacity = 10_000;
+    let w = words(&MOVES, capacity);
+    let table = SeqTable::init(&w, &MOVES, |_| {}).unwrap();
+    for i in 0..8_750 {
+        let (place, how) = table.claim_vacant(key(i), None).expect("a place");
+        assert_eq!(how, Claim::Free, "key {i}");
+        table.write(place, key(i), |e| e[3].store(i, Ordering::Relaxed));
+    }
+    assert!((0..8_750).all(|i| value(&table, key(i)) == Some(i)));
+}
+
 #[test]
 fn a_withdrawn_key_is_gone_and_its_place_taken_again_and_a_vacant_claim_finds_a_free_one() {
     let w = words(&MOVES, 64);
