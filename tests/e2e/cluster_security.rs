@@ -197,10 +197,22 @@ fn an_on_path_attacker_changes_replays_reorders_and_injects_nothing_unnoticed_an
         // Past the back-off: the probe and the pools open fresh connections, which meet the next attacks.
         std::thread::sleep(Duration::from_millis(1200));
     }
-    let requests: u64 = ATTACKS.iter().filter(|a| a.on_requests()).map(|a| relay.fired(*a)).sum();
-    let replies = relay.total_fired() - requests;
-    let (at_a, at_b) =
-        (local_counter(&cluster, 0, "forged_frames"), local_counter(&cluster, 1, "forged_frames"));
+    // The relay goes on attacking the connections the members keep (probes, pools) while this
+    // counts: the counts are taken again until the relay's and the members' agree, or for 10 s.
+    let counts = || {
+        let requests: u64 = ATTACKS.iter().filter(|a| a.on_requests()).map(|a| relay.fired(*a)).sum();
+        let replies = relay.total_fired() - requests;
+        let at = |node| local_counter(&cluster, node, "forged_frames");
+        (requests, replies, at(0), at(1))
+    };
+    let settle_by = Instant::now() + Duration::from_secs(10);
+    let (requests, replies, at_a, at_b) = loop {
+        let (requests, replies, at_a, at_b) = counts();
+        if (at_b, at_a) == (requests, replies) || Instant::now() > settle_by {
+            break (requests, replies, at_a, at_b);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(
         (at_b, at_a),
         (requests, replies),
