@@ -95,8 +95,8 @@ pub(crate) struct SeqTable<'a> {
 
 impl<'a> SeqTable<'a> {
     /// Writes the header into `words` (all zero: a new file) for as many entries as fit, with `own`
-    /// writing the table's own header words before the magic
-    /// goes in last (a reader that sees it sees the rest).
+    /// writing the table's own header words before the magic goes in last (a reader that sees it
+    /// sees the rest).
     pub fn init(
         words: &'a [AtomicU64],
         shape: &'static Shape,
@@ -300,8 +300,8 @@ impl<'a> SeqTable<'a> {
         let [a, b] =
             self.homes(key).map(|home| self.window(home).enumerate().find(|&(_, p)| self.key_at(p) == 0));
         match (a, b) {
-            (Some((i, place)), Some((j, _))) if i <= j => Some((place, Claim::Free)),
-            (_, Some((_, place))) | (Some((_, place)), None) => Some((place, Claim::Free)),
+            (Some((i, first)), Some((j, second))) => Some((if i <= j { first } else { second }, Claim::Free)),
+            (Some((_, place)), None) | (None, Some((_, place))) => Some((place, Claim::Free)),
             (None, None) => self.claim(key, evict_by),
         }
     }
@@ -314,8 +314,7 @@ impl<'a> SeqTable<'a> {
         if !self.shape.moves {
             return None;
         }
-        let places = homes.into_iter().flat_map(|home| self.window(home));
-        places.into_iter().find(|&place| {
+        homes.into_iter().flat_map(|home| self.window(home)).find(|&place| {
             let key = self.key_at(place);
             let [a, b] = self.homes(key);
             let other = match (self.in_window(a, place), self.in_window(b, place)) {

@@ -11,8 +11,8 @@
 //!
 //! The table grows with what it holds, as the metadata table does (`meta_publisher.rs`): made
 //! again half as large again from every record's place once 7/8 full (or once a chunk found no
-//! place: `memarts_disk::table_size`), renamed over the old one, which is then marked superseded (a reader of it takes what it
-//! read from it as a miss, and maps the new one). A record the largest table has no place for, or
+//! place: `memarts_disk::table_size`), renamed over the old one, which is then marked superseded
+//! (a reader of it takes what it read from it as a miss, and maps the new one). A record the largest table has no place for, or
 //! that a table that could not be made again has none for, is kept in a map beside it: shims read
 //! it through the slot.
 //!
